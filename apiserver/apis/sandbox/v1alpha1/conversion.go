@@ -1,0 +1,59 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/conversion"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// addConversionFuncs registers the decoding of query parameters into the subresource options,
+// which the apiserver's parameter codec needs. (Encoding the other way needs nothing: it follows
+// the json tags.)
+func addConversionFuncs(scheme *runtime.Scheme) error {
+	return scheme.AddConversionFunc((*url.Values)(nil), (*SandboxExecOptions)(nil),
+		func(a, b interface{}, _ conversion.Scope) error {
+			return ConvertURLValuesToSandboxExecOptions(a.(*url.Values), b.(*SandboxExecOptions))
+		})
+}
+
+// ConvertURLValuesToSandboxExecOptions decodes exec query parameters. Unknown parameters are
+// ignored, as for pods/exec; malformed ones are an error.
+func ConvertURLValuesToSandboxExecOptions(in *url.Values, out *SandboxExecOptions) error {
+	var err error
+	boolParam := func(name string, dst *bool) {
+		if err != nil {
+			return
+		}
+		v, ok := (*in)[name]
+		if !ok || len(v) == 0 {
+			return
+		}
+		b, perr := strconv.ParseBool(v[0])
+		if perr != nil {
+			err = fmt.Errorf("query parameter %q: %q is not a boolean", name, v[0])
+			return
+		}
+		*dst = b
+	}
+	boolParam("stdin", &out.Stdin)
+	boolParam("stdout", &out.Stdout)
+	boolParam("stderr", &out.Stderr)
+	boolParam("tty", &out.TTY)
+	if err != nil {
+		return err
+	}
+	if v := in.Get("replica"); v != "" {
+		n, perr := strconv.ParseInt(v, 10, 32)
+		if perr != nil {
+			return fmt.Errorf("query parameter %q: %q is not an integer", "replica", v)
+		}
+		out.Replica = int32(n)
+	}
+	if cmd, ok := (*in)["command"]; ok {
+		out.Command = append([]string(nil), cmd...)
+	}
+	return nil
+}

@@ -1,0 +1,10 @@
+// Package v1alpha1 is the sandbox.kube-sandbox.io API served by sandbox-apiserver: Sandbox, a
+// virtual resource over the BatchSandbox CRD, and the options of its subresources.
+//
+// The API has no internal version: these types are registered both as v1alpha1 and as the
+// internal version of the group, so the generic apiserver machinery never needs to convert.
+//
+// +k8s:deepcopy-gen=package
+// +k8s:openapi-gen=true
+// +groupName=sandbox.kube-sandbox.io
+package v1alpha1

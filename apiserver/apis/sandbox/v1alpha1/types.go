@@ -1,0 +1,134 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SandboxPhase is a coarse summary of where a sandbox is in its life.
+type SandboxPhase string
+
+const (
+	// PhasePending: not all replicas have a ready pod yet.
+	PhasePending SandboxPhase = "Pending"
+	// PhaseRunning: every replica has a ready pod.
+	PhaseRunning SandboxPhase = "Running"
+	// PhaseFailed: a replica cannot run (its pod failed or could not be created).
+	PhaseFailed SandboxPhase = "Failed"
+	// PhaseTerminating: the sandbox is being deleted.
+	PhaseTerminating SandboxPhase = "Terminating"
+)
+
+// SandboxSpec is the desired state of a Sandbox.
+type SandboxSpec struct {
+	// replicas is the number of sandbox pods. Defaults to 1.
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// template is the pod template of direct mode: each replica is a pod made from it. Its first
+	// container is the sandbox container, which runs the entrypoint under sandbox-execd, so any
+	// image works unchanged.
+	// +optional
+	Template *corev1.PodTemplateSpec `json:"template,omitempty"`
+
+	// entrypoint is the command the sandbox container runs, replacing the image's. Without it
+	// the container runs only sandbox-execd and waits for commands.
+	// +optional
+	Entrypoint []string `json:"entrypoint,omitempty"`
+
+	// env is added to the sandbox container's environment.
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+}
+
+// SandboxPodStatus is what is known of one replica's pod.
+type SandboxPodStatus struct {
+	// replica is the index of this replica.
+	Replica int32 `json:"replica"`
+	// name of the pod.
+	Name string `json:"name"`
+	// ip of the pod, once it has one.
+	// +optional
+	IP string `json:"ip,omitempty"`
+	// nodeName is where the pod runs.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// runtimeID is the container runtime's ID of the sandbox container.
+	// +optional
+	RuntimeID string `json:"runtimeID,omitempty"`
+	// ready is true when the sandbox container is ready for commands.
+	Ready bool `json:"ready"`
+}
+
+// SandboxStatus is the observed state of a Sandbox.
+type SandboxStatus struct {
+	// observedGeneration is the generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// phase summarizes the state of the sandbox: Pending, Running, Failed or Terminating.
+	// +optional
+	Phase SandboxPhase `json:"phase,omitempty"`
+	// replicas is the number of pods that exist.
+	Replicas int32 `json:"replicas"`
+	// ready is the number of replicas whose pod is ready.
+	Ready int32 `json:"ready"`
+	// pods lists the replicas' pods, by replica index.
+	// +optional
+	// +listType=map
+	// +listMapKey=replica
+	Pods []SandboxPodStatus `json:"pods,omitempty"`
+	// conditions: Ready, with a reason a user can act on.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Sandbox is an isolated environment for running code: one or more pods that accept commands,
+// files and HTTP through this API. It is a view of the BatchSandbox of the same namespace and
+// name; the apiserver stores nothing itself.
+//
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type Sandbox struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SandboxSpec   `json:"spec,omitempty"`
+	Status SandboxStatus `json:"status,omitempty"`
+}
+
+// SandboxList is a list of Sandboxes.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type SandboxList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Sandbox `json:"items"`
+}
+
+// SandboxExecOptions are the query parameters of the exec subresource. They follow
+// PodExecOptions so that client-go's remotecommand executors work unchanged.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type SandboxExecOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// stdin: pass the caller's standard input to the command.
+	// +optional
+	Stdin bool `json:"stdin,omitempty"`
+	// stdout: return the command's standard output. Defaults to true.
+	// +optional
+	Stdout bool `json:"stdout,omitempty"`
+	// stderr: return the command's standard error. Defaults to true.
+	// +optional
+	Stderr bool `json:"stderr,omitempty"`
+	// tty: run the command in a terminal.
+	// +optional
+	TTY bool `json:"tty,omitempty"`
+	// replica is the index of the replica to run in. Defaults to 0.
+	// +optional
+	Replica int32 `json:"replica,omitempty"`
+	// command and its arguments; required.
+	Command []string `json:"command"`
+}

@@ -1,0 +1,141 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels and annotations the controller puts on what it creates. They are part of the API:
+// the apiserver and users find a sandbox's pods by them.
+const (
+	// LabelBatchSandbox names the BatchSandbox a pod (or token Secret) belongs to.
+	LabelBatchSandbox = "control.kube-sandbox.io/batchsandbox"
+	// LabelReplica is the replica index of a sandbox pod, "0" to replicas-1.
+	LabelReplica = "control.kube-sandbox.io/replica"
+
+	// SandboxContainerName is the name of the container that runs the user's code under execd.
+	// In a template, the first container is the sandbox container; it is renamed to this.
+	SandboxContainerName = "sandbox"
+)
+
+// SandboxPhase is a coarse summary of where a sandbox is in its life.
+// +kubebuilder:validation:Enum=Pending;Running;Failed;Terminating
+type SandboxPhase string
+
+const (
+	// PhasePending: not all replicas have a ready pod yet.
+	PhasePending SandboxPhase = "Pending"
+	// PhaseRunning: every replica has a ready pod.
+	PhaseRunning SandboxPhase = "Running"
+	// PhaseFailed: a replica cannot run (its pod failed or could not be created).
+	PhaseFailed SandboxPhase = "Failed"
+	// PhaseTerminating: the sandbox is being deleted.
+	PhaseTerminating SandboxPhase = "Terminating"
+)
+
+// Condition types and reasons a user can act on.
+const (
+	// ConditionReady is True when every replica has a ready pod.
+	ConditionReady = "Ready"
+
+	ReasonPodsReady       = "PodsReady"
+	ReasonPodsNotReady    = "PodsNotReady"
+	ReasonPodCreateFailed = "PodCreateFailed"
+	ReasonPodFailed       = "PodFailed"
+	ReasonImagePullFailed = "ImagePullFailed"
+)
+
+// BatchSandboxSpec is the desired state of a BatchSandbox.
+// +kubebuilder:validation:XValidation:rule="has(self.template)",message="template is required"
+type BatchSandboxSpec struct {
+	// replicas is the number of sandbox pods.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// template is the pod template of direct mode: each replica is a pod made from it. Its first
+	// container is the sandbox container, which runs the entrypoint under sandbox-execd.
+	// +optional
+	Template *corev1.PodTemplateSpec `json:"template,omitempty"`
+
+	// entrypoint is the command the sandbox container runs, replacing the image's. Without it
+	// the container runs only sandbox-execd and waits for commands.
+	// +optional
+	Entrypoint []string `json:"entrypoint,omitempty"`
+
+	// env is added to the sandbox container's environment (and to every exec).
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+}
+
+// SandboxPodStatus is what the controller knows of one replica's pod.
+type SandboxPodStatus struct {
+	// replica is the index of this replica.
+	Replica int32 `json:"replica"`
+	// name of the pod.
+	Name string `json:"name"`
+	// ip of the pod, once it has one.
+	// +optional
+	IP string `json:"ip,omitempty"`
+	// nodeName is where the pod runs.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// runtimeID is the container runtime's ID of the sandbox container.
+	// +optional
+	RuntimeID string `json:"runtimeID,omitempty"`
+	// ready is true when the sandbox container is ready for commands.
+	Ready bool `json:"ready"`
+}
+
+// BatchSandboxStatus is the observed state of a BatchSandbox.
+type BatchSandboxStatus struct {
+	// observedGeneration is the generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// phase summarizes the state of the sandbox.
+	// +optional
+	Phase SandboxPhase `json:"phase,omitempty"`
+	// replicas is the number of pods that exist.
+	Replicas int32 `json:"replicas"`
+	// ready is the number of replicas whose pod is ready.
+	Ready int32 `json:"ready"`
+	// pods lists the replicas' pods, by replica index.
+	// +optional
+	// +listType=map
+	// +listMapKey=replica
+	Pods []SandboxPodStatus `json:"pods,omitempty"`
+	// conditions: Ready, with a reason a user can act on.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BatchSandbox is a set of sandbox pods. It is the stored truth behind a Sandbox of the same
+// namespace and name, and usable directly for batch work.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=bsbx,categories=kube-sandbox
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BatchSandbox struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   BatchSandboxSpec   `json:"spec,omitempty"`
+	Status BatchSandboxStatus `json:"status,omitempty"`
+}
+
+// BatchSandboxList is a list of BatchSandboxes.
+//
+// +kubebuilder:object:root=true
+type BatchSandboxList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BatchSandbox `json:"items"`
+}
