@@ -25,7 +25,7 @@ build() { # module binary package
 		return 0
 	fi
 	s=$(date +%s.%N)
-	log "building $bin (first build of kube-apiserver takes ~9 min on 2 cores)"
+	log "building $bin (cold: kube-apiserver ~10 min, the others 1-3 min each on 2 cores)"
 	(cd "$ROOT/hack/tools/$mod" && go build -trimpath -ldflags="-s -w $ld" -o "$CBIN/$bin.tmp" "$pkg")
 	mv "$CBIN/$bin.tmp" "$CBIN/$bin"
 	echo "$st" >"$CBIN/.$bin.stamp"

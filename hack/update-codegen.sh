@@ -2,7 +2,7 @@
 # update-codegen.sh: regenerates everything generated in the tree (never edit those files by hand):
 #   - deepcopy for both API packages (controller-gen object)
 #   - the CRD manifests in artifacts/base/crds (controller-gen crd)
-#   - OpenAPI definitions for sandbox-apiserver (openapi-gen)
+#   - OpenAPI definitions and model names for sandbox-apiserver (openapi-gen)
 #   - the typed clientset of sandbox.kube-sandbox.io (client-gen)
 # The generators are pinned by hack/tools/codegen/go.mod.
 set -euo pipefail
@@ -31,6 +31,10 @@ log "openapi"
 tool openapi-gen --go-header-file "$BOILER" \
 	--output-dir "$ROOT/apiserver/pkg/generated/openapi" --output-pkg "$MOD/apiserver/pkg/generated/openapi" \
 	--output-file zz_generated.openapi.go --report-filename /dev/null \
+	--output-model-name-file zz_generated.model_name.go \
+	--readonly-pkg k8s.io/apimachinery/pkg/apis/meta/v1 --readonly-pkg k8s.io/apimachinery/pkg/runtime \
+	--readonly-pkg k8s.io/apimachinery/pkg/version --readonly-pkg k8s.io/apimachinery/pkg/api/resource \
+	--readonly-pkg k8s.io/apimachinery/pkg/util/intstr --readonly-pkg k8s.io/api/core/v1 \
 	k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version \
 	k8s.io/apimachinery/pkg/api/resource k8s.io/apimachinery/pkg/util/intstr k8s.io/api/core/v1 \
 	"$MOD/apiserver/apis/sandbox/v1alpha1"

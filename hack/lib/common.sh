@@ -40,3 +40,125 @@ ensure_packages() {
 }
 
 CLUSTER_PACKAGES=(containerd runc containernetworking-plugins busybox-static debootstrap iptables conntrack bc openssl curl gettext-base)
+
+# --- local cluster -----------------------------------------------------------------------------
+# Images built by hack/images/build.sh (docker-archive tarballs in $IMAGES) and imported by
+# hack/cluster/up.sh. Nothing is ever pulled: an admission policy forces imagePullPolicy: Never.
+export PAUSE_IMAGE=${PAUSE_IMAGE:-registry.k8s.io/pause:3.10}
+export SANDBOX_IMAGE_BUSYBOX=${SANDBOX_IMAGE_BUSYBOX:-kube-sandbox.local/sandbox-busybox:latest}
+export SANDBOX_IMAGE_PYTHON=${SANDBOX_IMAGE_PYTHON:-kube-sandbox.local/sandbox-python:3.11}
+export KUBE_SANDBOX_IMAGE=${KUBE_SANDBOX_IMAGE:-kube-sandbox.local/kube-sandbox:dev}
+
+CACHE=${CACHE:-$OUT/cache}                              # slow-to-make inputs (debootstrap rootfs)
+ADMIN_KUBECONFIG=${ADMIN_KUBECONFIG:-$OUT/kubeconfig}   # client cert, group system:masters
+APISERVER_URL=${APISERVER_URL:-https://$HOST_IP:$APISERVER_PORT}
+CONTAINERD_SOCK=${CONTAINERD_SOCK:-$RUN/containerd/containerd.sock}   # our own containerd, never the system one
+CNI_NETWORK=${CNI_NETWORK:-kube-sandbox}                # CNI network name (results cache: /var/lib/cni/results/<name>-*)
+KUBE_CGROUP_ROOT=${KUBE_CGROUP_ROOT:-/kube-sandbox}     # kubelet cgroupRoot: pods live in $KUBE_CGROUP_ROOT/kubepods
+# Processes up.sh starts, in start order; down.sh stops them in reverse groups.
+CLUSTER_COMPONENTS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+
+# pid_of NAME prints the PID recorded in $RUN/pids/NAME.pid if that process is alive and is ours
+# (its command line mentions $OUT/: guards against PID reuse after a crash).
+pid_of() {
+	local f=$RUN/pids/$1.pid p
+	[ -f "$f" ] || return 1
+	p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] || return 1
+	is_ours "$p" && echo "$p"
+}
+is_ours() { [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qF "$OUT/"; }
+
+# mkkubeconfig OUT USER CERT KEY [SERVER]    kubeconfig with an embedded client certificate
+# TOKEN=... mkkubeconfig OUT USER            kubeconfig with a bearer token
+mkkubeconfig() {
+	local out=$1 user=$2 cert=${3:-} key=${4:-} server=${5:-$APISERVER_URL} cred tmp
+	if [ -n "${TOKEN:-}" ]; then
+		cred="    token: $TOKEN"
+	else
+		cred="    client-certificate-data: $(base64 -w0 "$cert")
+    client-key-data: $(base64 -w0 "$key")"
+	fi
+	tmp=$(mktemp "$out.XXXXXX")
+	chmod 600 "$tmp"
+	cat >"$tmp" <<YAML
+apiVersion: v1
+kind: Config
+clusters:
+- name: kube-sandbox-local
+  cluster:
+    server: $server
+    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
+users:
+- name: $user
+  user:
+$cred
+contexts:
+- name: kube-sandbox-local
+  context: {cluster: kube-sandbox-local, user: $user}
+current-context: kube-sandbox-local
+YAML
+	mv "$tmp" "$out"
+}
+
+# --- what belongs to our local cluster (used by hack/cluster/up.sh and down.sh) ----------------
+# cgroup_hierarchies: mount points of the cgroup hierarchies (v1 controllers, named, v2).
+cgroup_hierarchies() { awk '$3 == "cgroup" || $3 == "cgroup2" {print $2}' /proc/mounts; }
+# cluster_cgroup_dirs: our cgroup root ($KUBE_CGROUP_ROOT) in every hierarchy where it exists.
+cluster_cgroup_dirs() {
+	case $KUBE_CGROUP_ROOT in /|"") die "KUBE_CGROUP_ROOT must be a dedicated cgroup (not /)";; esac
+	local h
+	for h in $(cgroup_hierarchies); do
+		[ -d "$h$KUBE_CGROUP_ROOT" ] && echo "$h$KUBE_CGROUP_ROOT"
+	done
+	return 0
+}
+# cluster_pod_pids: processes in our kubepods cgroups (containers started by our kubelet).
+cluster_pod_pids() {
+	local d
+	for d in $(cluster_cgroup_dirs); do
+		find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
+	done | sort -un
+}
+# cluster_shims: containerd shims serving our containerd (matched on their -address argument),
+# one "PID NAMESPACE ID" line each.
+cluster_shims() {
+	local d c
+	for d in /proc/[0-9]*; do
+		c=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline") || continue
+		case "$c" in
+		*containerd-shim*" -address $CONTAINERD_SOCK "*)
+			# shellcheck disable=SC2086
+			set -- $c
+			local ns="" id=""
+			while [ $# -gt 1 ]; do
+				case $1 in -namespace) ns=$2 ;; -id) id=$2 ;; esac
+				shift
+			done
+			echo "${d#/proc/} $ns $id"
+			;;
+		esac
+	done
+}
+# shim_socket NAMESPACE ID: the socket containerd 1.6 gives the shim of task ID (hard-coded dir).
+shim_socket() { echo "/run/containerd/s/$(printf '%s' "$CONTAINERD_SOCK/$1/$2" | sha256sum | cut -c1-64)"; }
+# cluster_mounts: mounts below $RUN (container rootfs, shm, kubelet volumes), deepest first.
+cluster_mounts() { awk -v r="$RUN/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r; }
+# cluster_netns: CNI network namespaces of our pods: those recorded in our containerd's metadata
+# and those that processes in our pod cgroups live in.
+cluster_netns() {
+	local db=$RUN/containerd/root/io.containerd.metadata.v1.bolt/meta.db p ino f
+	{
+		[ -f "$db" ] && grep -aoE '/var/run/netns/cni-[0-9a-f-]{36}' "$db" | sed 's#^/var/run/#/run/#'
+		local inos=" "
+		for p in $(cluster_pod_pids); do
+			ino=$(stat -L -c %i "/proc/$p/ns/net" 2>/dev/null) && inos="$inos$ino "
+		done
+		if [ "$inos" != " " ]; then
+			for f in /run/netns/cni-*; do
+				[ -e "$f" ] || continue
+				case $inos in *" $(stat -L -c %i "$f" 2>/dev/null) "*) echo "$f" ;; esac
+			done
+		fi
+	} | sort -u | while read -r f; do [ -e "$f" ] && echo "$f"; done
+	return 0
+}

@@ -6,5 +6,6 @@
 //
 // +k8s:deepcopy-gen=package
 // +k8s:openapi-gen=true
+// +k8s:openapi-model-package=io.kube-sandbox.sandbox.v1alpha1
 // +groupName=sandbox.kube-sandbox.io
 package v1alpha1

@@ -21,9 +21,10 @@ var (
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 	// AddToScheme adds the types of this group (external version only) to a scheme; clients use it.
 	AddToScheme = SchemeBuilder.AddToScheme
+	serverSchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes, addInternalTypes, addConversionFuncs)
 	// AddToServerScheme adds the types as both the external and the internal version; the
 	// apiserver uses it.
-	AddToServerScheme = runtime.NewSchemeBuilder(addKnownTypes, addInternalTypes, addConversionFuncs).AddToScheme
+	AddToServerScheme = serverSchemeBuilder.AddToScheme
 )
 
 // Resource takes an unqualified resource and returns a group-qualified one.

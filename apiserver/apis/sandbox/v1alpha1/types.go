@@ -69,9 +69,11 @@ type SandboxStatus struct {
 	// +optional
 	Phase SandboxPhase `json:"phase,omitempty"`
 	// replicas is the number of pods that exist.
-	Replicas int32 `json:"replicas"`
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
 	// ready is the number of replicas whose pod is ready.
-	Ready int32 `json:"ready"`
+	// +optional
+	Ready int32 `json:"ready,omitempty"`
 	// pods lists the replicas' pods, by replica index.
 	// +optional
 	// +listType=map

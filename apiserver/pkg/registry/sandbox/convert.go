@@ -1,0 +1,75 @@
+package sandbox
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+)
+
+// toBatchSandbox turns a Sandbox a user asked for into the BatchSandbox that stores it. Only
+// what a user may set travels: system fields of the metadata are the backend's to fill.
+func toBatchSandbox(sbx *sandboxv1alpha1.Sandbox) *controlv1alpha1.BatchSandbox {
+	bs := &controlv1alpha1.BatchSandbox{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            sbx.Name,
+			GenerateName:    sbx.GenerateName,
+			Namespace:       sbx.Namespace,
+			Labels:          sbx.Labels,
+			Annotations:     sbx.Annotations,
+			OwnerReferences: sbx.OwnerReferences,
+			Finalizers:      sbx.Finalizers,
+			ResourceVersion: sbx.ResourceVersion,
+		},
+		Spec: controlv1alpha1.BatchSandboxSpec{
+			Replicas:   sbx.Spec.Replicas,
+			Template:   sbx.Spec.Template,
+			Entrypoint: sbx.Spec.Entrypoint,
+			Env:        sbx.Spec.Env,
+		},
+	}
+	return bs.DeepCopy()
+}
+
+// fromBatchSandbox presents a stored BatchSandbox as a Sandbox. The metadata is the
+// BatchSandbox's (same UID, resourceVersion and timestamps), except managedFields, which
+// describe the CRD's fields and would mislead.
+func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox {
+	bs = bs.DeepCopy()
+	meta := bs.ObjectMeta
+	meta.ManagedFields = nil
+	sbx := &sandboxv1alpha1.Sandbox{
+		TypeMeta: metav1.TypeMeta{
+			APIVersion: sandboxv1alpha1.SchemeGroupVersion.String(),
+			Kind:       "Sandbox",
+		},
+		ObjectMeta: meta,
+		Spec: sandboxv1alpha1.SandboxSpec{
+			Replicas:   bs.Spec.Replicas,
+			Template:   bs.Spec.Template,
+			Entrypoint: bs.Spec.Entrypoint,
+			Env:        bs.Spec.Env,
+		},
+		Status: sandboxv1alpha1.SandboxStatus{
+			ObservedGeneration: bs.Status.ObservedGeneration,
+			Phase:              sandboxv1alpha1.SandboxPhase(bs.Status.Phase),
+			Replicas:           bs.Status.Replicas,
+			Ready:              bs.Status.Ready,
+			Conditions:         bs.Status.Conditions,
+		},
+	}
+	if bs.DeletionTimestamp != nil {
+		sbx.Status.Phase = sandboxv1alpha1.PhaseTerminating
+	}
+	for _, p := range bs.Status.Pods {
+		sbx.Status.Pods = append(sbx.Status.Pods, sandboxv1alpha1.SandboxPodStatus{
+			Replica:   p.Replica,
+			Name:      p.Name,
+			IP:        p.IP,
+			NodeName:  p.NodeName,
+			RuntimeID: p.RuntimeID,
+			Ready:     p.Ready,
+		})
+	}
+	return sbx
+}

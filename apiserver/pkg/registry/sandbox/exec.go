@@ -1,0 +1,150 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/proxy"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/filters"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	translator "k8s.io/apiserver/pkg/util/proxy"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
+)
+
+// ExecREST implements the exec subresource: the pods/exec streaming protocol, streamed to
+// execd in the sandbox pod, never through the kubelet.
+type ExecREST struct {
+	Resolver   sandboxconn.Resolver
+	Authorizer authorizer.Authorizer
+	// Transport dials execd in the pods.
+	Transport http.RoundTripper
+}
+
+var _ rest.Connecter = &ExecREST{}
+
+// upgradeableMethods: GET is what WebSocket clients send, POST what SPDY clients send.
+var upgradeableMethods = []string{"GET", "POST"}
+
+// New implements rest.Storage.
+func (r *ExecREST) New() runtime.Object { return &sandboxv1alpha1.SandboxExecOptions{} }
+
+// Destroy implements rest.Storage.
+func (r *ExecREST) Destroy() {}
+
+// NewConnectOptions implements rest.Connecter.
+func (r *ExecREST) NewConnectOptions() (runtime.Object, bool, string) {
+	return &sandboxv1alpha1.SandboxExecOptions{}, false, ""
+}
+
+// ConnectMethods implements rest.Connecter.
+func (r *ExecREST) ConnectMethods() []string { return upgradeableMethods }
+
+// Connect implements rest.Connecter.
+func (r *ExecREST) Connect(ctx context.Context, name string, opts runtime.Object, responder rest.Responder) (http.Handler, error) {
+	// A WebSocket exec arrives as a GET, which RBAC would authorize as "get"; running commands
+	// is a "create", as kube-apiserver enforces for pods/exec.
+	if err := ensureAuthorizedForVerb(ctx, r.Authorizer, "create"); err != nil {
+		return nil, err
+	}
+	execOpts, ok := opts.(*sandboxv1alpha1.SandboxExecOptions)
+	if !ok {
+		return nil, apierrors.NewInternalError(fmt.Errorf("invalid options object: %T", opts))
+	}
+	if errs := validateExecOptions(execOpts); len(errs) > 0 {
+		return nil, apierrors.NewBadRequest(errs.ToAggregate().Error())
+	}
+	ep, err := r.Resolver.Resolve(ctx, genericapirequest.NamespaceValue(ctx), name, execOpts.Replica)
+	if err != nil {
+		return nil, err
+	}
+
+	q := url.Values{"command": execOpts.Command}
+	// execd speaks the kubelet's parameter names.
+	for param, on := range map[string]bool{"input": execOpts.Stdin, "output": execOpts.Stdout, "error": execOpts.Stderr, "tty": execOpts.TTY} {
+		if on {
+			q.Set(param, "1")
+		}
+	}
+	location := ep.URL("/exec", q)
+
+	// SPDY passes through; WebSocket (v5.channel.k8s.io) is translated to SPDY here, because
+	// execd, like the kubelet's CRI streaming server, speaks SPDY only.
+	handler := http.Handler(proxy.NewUpgradeAwareHandler(location, r.Transport, false, true, proxy.NewErrorResponder(responder)))
+	streamTranslator := translator.NewStreamTranslatorHandler(location, r.Transport, 0, translator.Options{
+		Stdin:  execOpts.Stdin,
+		Stdout: execOpts.Stdout,
+		Stderr: execOpts.Stderr,
+		Tty:    execOpts.TTY,
+	})
+	handler = translator.NewTranslatingHandler(handler, streamTranslator, wsstream.IsWebSocketRequestWithStreamCloseProtocol)
+	return stripCallerCredentials(handler), nil
+}
+
+// stripCallerCredentials keeps the caller's identity headers (set by the aggregator) and
+// credentials from reaching the sandbox.
+func stripCallerCredentials(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		for k := range req.Header {
+			switch http.CanonicalHeaderKey(k) {
+			case "Authorization", "Cookie", "Impersonate-User", "Impersonate-Group":
+				req.Header.Del(k)
+			default:
+				if len(k) > len("X-Remote-") && http.CanonicalHeaderKey(k[:len("X-Remote-")]) == "X-Remote-" {
+					req.Header.Del(k)
+				}
+			}
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+// ensureAuthorizedForVerb re-authorizes the request with another verb, as kube-apiserver does
+// for pods/exec (kubernetes/kubernetes#133515).
+func ensureAuthorizedForVerb(ctx context.Context, a authorizer.Authorizer, verb string) error {
+	requestInfo, ok := genericapirequest.RequestInfoFrom(ctx)
+	if !ok {
+		return apierrors.NewInternalError(errors.New("no request info in context"))
+	}
+	if requestInfo.Verb == verb {
+		return nil
+	}
+	if a == nil {
+		return apierrors.NewInternalError(errors.New("no authorizer available"))
+	}
+	attrs, err := filters.GetAuthorizerAttributes(ctx)
+	if err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("build authorizer attributes: %w", err))
+	}
+	decision, reason, err := a.Authorize(ctx, &overrideVerb{Attributes: attrs, verb: verb})
+	if err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("authorize: %w", err))
+	}
+	if decision != authorizer.DecisionAllow {
+		msg := fmt.Sprintf("User %q cannot %s resource %q in API group %q in the namespace %q",
+			attrs.GetUser().GetName(), verb, requestInfo.Resource+"/"+requestInfo.Subresource, requestInfo.APIGroup, requestInfo.Namespace)
+		if reason != "" {
+			msg += ": " + reason
+		}
+		gr := schema.GroupResource{Group: requestInfo.APIGroup, Resource: requestInfo.Resource}
+		return apierrors.NewForbidden(gr, requestInfo.Name, errors.New(msg))
+	}
+	return nil
+}
+
+type overrideVerb struct {
+	authorizer.Attributes
+	verb string
+}
+
+func (o *overrideVerb) GetVerb() string { return o.verb }

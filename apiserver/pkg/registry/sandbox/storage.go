@@ -1,0 +1,199 @@
+// Package sandbox is the REST storage of sandboxes: a virtual resource over the BatchSandbox
+// CRD. It stores nothing itself; every call is one call to the kube-apiserver.
+package sandbox
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+)
+
+// REST implements the sandboxes resource.
+type REST struct {
+	tableConvertor
+	// backend reads and writes BatchSandboxes as sandbox-apiserver's own identity: users never
+	// need rights on the CRD, only on sandboxes, which this server authorizes.
+	backend client.WithWatch
+}
+
+var (
+	_ rest.Storage              = &REST{}
+	_ rest.Scoper               = &REST{}
+	_ rest.SingularNameProvider = &REST{}
+	_ rest.ShortNamesProvider   = &REST{}
+	_ rest.CategoriesProvider   = &REST{}
+	_ rest.Creater              = &REST{}
+	_ rest.Getter               = &REST{}
+	_ rest.Lister               = &REST{}
+	_ rest.Watcher              = &REST{}
+	_ rest.GracefulDeleter      = &REST{}
+)
+
+// NewREST returns the sandboxes storage over a BatchSandbox client.
+func NewREST(backend client.WithWatch) *REST {
+	return &REST{backend: backend}
+}
+
+// New implements rest.Storage.
+func (r *REST) New() runtime.Object { return &sandboxv1alpha1.Sandbox{} }
+
+// Destroy implements rest.Storage.
+func (r *REST) Destroy() {}
+
+// NamespaceScoped implements rest.Scoper.
+func (r *REST) NamespaceScoped() bool { return true }
+
+// GetSingularName implements rest.SingularNameProvider.
+func (r *REST) GetSingularName() string { return "sandbox" }
+
+// ShortNames implements rest.ShortNamesProvider.
+func (r *REST) ShortNames() []string { return []string{"sbx"} }
+
+// Categories implements rest.CategoriesProvider; `kubectl get kube-sandbox` lists them.
+func (r *REST) Categories() []string { return []string{"kube-sandbox"} }
+
+// NewList implements rest.Lister.
+func (r *REST) NewList() runtime.Object { return &sandboxv1alpha1.SandboxList{} }
+
+// Create implements rest.Creater.
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	sbx, ok := obj.(*sandboxv1alpha1.Sandbox)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a Sandbox: %T", obj))
+	}
+	ns, ok := genericapirequest.NamespaceFrom(ctx)
+	if !ok || ns == "" {
+		return nil, apierrors.NewBadRequest("a namespace is required")
+	}
+	if sbx.Namespace != "" && sbx.Namespace != ns {
+		return nil, apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	sbx.Namespace = ns
+	setDefaults(sbx)
+	if errs := validateSandbox(sbx); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(sandboxKind, sbx.Name, errs)
+	}
+	if createValidation != nil {
+		if err := createValidation(ctx, sbx); err != nil {
+			return nil, err
+		}
+	}
+	bs := toBatchSandbox(sbx)
+	bs.ResourceVersion = ""
+	if err := r.backend.Create(ctx, bs, createOptions(options)); err != nil {
+		return nil, translateError(err, sbx.Name)
+	}
+	return fromBatchSandbox(bs), nil
+}
+
+// Get implements rest.Getter.
+func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	bs := &controlv1alpha1.BatchSandbox{}
+	key := client.ObjectKey{Namespace: genericapirequest.NamespaceValue(ctx), Name: name}
+	if err := r.backend.Get(ctx, key, bs, &client.GetOptions{Raw: options}); err != nil {
+		return nil, translateError(err, name)
+	}
+	return fromBatchSandbox(bs), nil
+}
+
+// List implements rest.Lister. Selectors, limit/continue and resourceVersion go to the
+// kube-apiserver as they came, so they mean what they mean for built-in resources.
+func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	list := &controlv1alpha1.BatchSandboxList{}
+	if err := r.backend.List(ctx, list, listOptions(ctx, options)); err != nil {
+		return nil, translateError(err, "")
+	}
+	out := &sandboxv1alpha1.SandboxList{ListMeta: list.ListMeta}
+	out.Items = make([]sandboxv1alpha1.Sandbox, 0, len(list.Items))
+	for i := range list.Items {
+		out.Items = append(out.Items, *fromBatchSandbox(&list.Items[i]))
+	}
+	return out, nil
+}
+
+// Watch implements rest.Watcher: a watch of BatchSandboxes, each event's object shown as a
+// Sandbox. Bookmarks and errors pass through.
+func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	w, err := r.backend.Watch(ctx, &controlv1alpha1.BatchSandboxList{}, listOptions(ctx, options))
+	if err != nil {
+		return nil, translateError(err, "")
+	}
+	return watch.Filter(w, func(in watch.Event) (watch.Event, bool) {
+		if bs, ok := in.Object.(*controlv1alpha1.BatchSandbox); ok {
+			in.Object = fromBatchSandbox(bs)
+		}
+		return in, true
+	}), nil
+}
+
+// Delete implements rest.GracefulDeleter. Preconditions, propagation policy and dry-run go to
+// the backend as they came.
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	bs := &controlv1alpha1.BatchSandbox{}
+	key := client.ObjectKey{Namespace: genericapirequest.NamespaceValue(ctx), Name: name}
+	if err := r.backend.Get(ctx, key, bs); err != nil {
+		return nil, false, translateError(err, name)
+	}
+	sbx := fromBatchSandbox(bs)
+	if deleteValidation != nil {
+		if err := deleteValidation(ctx, sbx); err != nil {
+			return nil, false, err
+		}
+	}
+	if err := r.backend.Delete(ctx, bs, deleteOptions(options)); err != nil {
+		return nil, false, translateError(err, name)
+	}
+	// The BatchSandbox is gone at once unless finalizers hold it; either way the caller gets
+	// the sandbox as it was.
+	return sbx, len(bs.Finalizers) == 0, nil
+}
+
+// createOptions and deleteOptions carry the caller's options to the backend. (controller-runtime
+// overwrites the Raw options with its own fields, so each field is set on both.)
+func createOptions(in *metav1.CreateOptions) *client.CreateOptions {
+	if in == nil {
+		return &client.CreateOptions{}
+	}
+	return &client.CreateOptions{DryRun: in.DryRun, FieldManager: in.FieldManager, Raw: in.DeepCopy()}
+}
+
+func deleteOptions(in *metav1.DeleteOptions) *client.DeleteOptions {
+	if in == nil {
+		return &client.DeleteOptions{}
+	}
+	return &client.DeleteOptions{
+		GracePeriodSeconds: in.GracePeriodSeconds,
+		Preconditions:      in.Preconditions,
+		PropagationPolicy:  in.PropagationPolicy,
+		DryRun:             in.DryRun,
+		Raw:                in.DeepCopy(),
+	}
+}
+
+func listOptions(ctx context.Context, in *metainternalversion.ListOptions) *client.ListOptions {
+	out := &client.ListOptions{Namespace: genericapirequest.NamespaceValue(ctx), Raw: &metav1.ListOptions{}}
+	if in == nil {
+		return out
+	}
+	out.LabelSelector = in.LabelSelector
+	out.FieldSelector = in.FieldSelector
+	out.Limit = in.Limit
+	out.Continue = in.Continue
+	out.Raw.ResourceVersion = in.ResourceVersion
+	out.Raw.ResourceVersionMatch = in.ResourceVersionMatch
+	out.Raw.AllowWatchBookmarks = in.AllowWatchBookmarks
+	out.Raw.TimeoutSeconds = in.TimeoutSeconds
+	out.Raw.SendInitialEvents = in.SendInitialEvents
+	return out
+}

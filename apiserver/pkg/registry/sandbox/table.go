@@ -1,0 +1,95 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+)
+
+var tableColumns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name", Description: "Name of the sandbox"},
+	{Name: "Phase", Type: "string", Description: "Pending, Running, Failed or Terminating"},
+	{Name: "Ready", Type: "string", Description: "Ready replicas of the desired replicas"},
+	{Name: "Age", Type: "string", Description: "Time since creation"},
+	{Name: "Pod", Type: "string", Priority: 1, Description: "Pod of the first replica"},
+	{Name: "IP", Type: "string", Priority: 1, Description: "Pod IP of the first replica"},
+	{Name: "Image", Type: "string", Priority: 1, Description: "Image of the sandbox container"},
+}
+
+// tableConvertor prints sandboxes server-side, so that kubectl get shows the same columns to
+// every client.
+type tableConvertor struct{}
+
+// ConvertToTable implements rest.TableConvertor.
+func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, opts runtime.Object) (*metav1.Table, error) {
+	table := &metav1.Table{ColumnDefinitions: tableColumns}
+	if to, ok := opts.(*metav1.TableOptions); ok && to.NoHeaders {
+		table.ColumnDefinitions = nil
+	}
+	if m, err := meta.ListAccessor(obj); err == nil {
+		table.ResourceVersion = m.GetResourceVersion()
+		table.Continue = m.GetContinue()
+		table.RemainingItemCount = m.GetRemainingItemCount()
+	} else if m, err := meta.CommonAccessor(obj); err == nil {
+		table.ResourceVersion = m.GetResourceVersion()
+	}
+
+	var items []sandboxv1alpha1.Sandbox
+	switch t := obj.(type) {
+	case *sandboxv1alpha1.Sandbox:
+		items = []sandboxv1alpha1.Sandbox{*t}
+	case *sandboxv1alpha1.SandboxList:
+		items = t.Items
+	default:
+		return nil, fmt.Errorf("cannot print %T as a sandbox table", obj)
+	}
+	for i := range items {
+		table.Rows = append(table.Rows, tableRow(&items[i]))
+	}
+	return table, nil
+}
+
+func tableRow(sbx *sandboxv1alpha1.Sandbox) metav1.TableRow {
+	desired := int32(1)
+	if sbx.Spec.Replicas != nil {
+		desired = *sbx.Spec.Replicas
+	}
+	phase := string(sbx.Status.Phase)
+	if phase == "" {
+		phase = string(sandboxv1alpha1.PhasePending)
+	}
+	pod, ip, image := "<none>", "<none>", "<none>"
+	if len(sbx.Status.Pods) > 0 {
+		pod = sbx.Status.Pods[0].Name
+		if sbx.Status.Pods[0].IP != "" {
+			ip = sbx.Status.Pods[0].IP
+		}
+	}
+	if t := sbx.Spec.Template; t != nil && len(t.Spec.Containers) > 0 {
+		image = t.Spec.Containers[0].Image
+	}
+	return metav1.TableRow{
+		Object: runtime.RawExtension{Object: sbx},
+		Cells: []interface{}{
+			sbx.Name,
+			phase,
+			fmt.Sprintf("%d/%d", sbx.Status.Ready, desired),
+			translateAge(sbx.CreationTimestamp),
+			pod, ip, image,
+		},
+	}
+}
+
+func translateAge(t metav1.Time) string {
+	if t.IsZero() {
+		return "<unknown>"
+	}
+	return duration.HumanDuration(time.Since(t.Time))
+}

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# up.sh: brings up the local single-node Kubernetes cluster of kube-sandbox from binaries built by
+# hack/build-cluster.sh and images built by hack/images/build.sh (no Docker, no registry):
+#   etcd, kube-apiserver (RBAC + Node authz, aggregation), kube-controller-manager, kube-scheduler,
+#   our own containerd (own socket/root/state under $RUN), kubelet, CNI bridge $POD_BRIDGE.
+# The node IP / apiserver address is $HOST_IP on the port-less bridge $HOST_BRIDGE; pods get
+# $POD_CIDR without a default route. Every tarball in $IMAGES is imported into containerd, and a
+# MutatingAdmissionPolicy forces imagePullPolicy: Never.
+# Admin kubeconfig: _output/kubeconfig. PIDs in $RUN/pids, logs in $RUN/logs. Stop: down.sh.
+#   - already up (all processes alive, /readyz answers): says so and exits 0;
+#   - stale state of a crashed or killed run (PID files, bridges, mounts, containers): runs
+#     down.sh first, then comes up.
+# Env: ETCD_UNSAFE_NO_FSYNC (default true: throwaway data), UP_TIMEOUT (default 120 s per step).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=hack/lib/common.sh
+source "$HERE/../lib/common.sh"
+LOG_PREFIX=up
+export _t0
+need_root
+case $KUBE_CGROUP_ROOT in /*/* | / | "" | *[!a-zA-Z0-9/_-]*) die "KUBE_CGROUP_ROOT must look like /name (got '$KUBE_CGROUP_ROOT')" ;; esac
+ETCD_UNSAFE_NO_FSYNC=${ETCD_UNSAFE_NO_FSYNC:-true}
+UP_TIMEOUT=${UP_TIMEOUT:-120}
+ADMIN=(--cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key")
+export KUBECONFIG=$ADMIN_KUBECONFIG
+
+mkdir -p "$OUT/cluster"
+exec 9>"$OUT/cluster/.lock"
+flock -w 300 9 || die "another up.sh/down.sh holds $OUT/cluster/.lock"
+export KSB_CLUSTER_LOCKED=1 # down.sh, when we call it, must not wait for our own lock
+
+ensure_packages "${CLUSTER_PACKAGES[@]}"
+
+# --- binaries ------------------------------------------------------------------------------
+missing=()
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+	[ -x "$CBIN/$b" ] || missing+=("$b")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	log "missing in $CBIN: ${missing[*]}: running hack/build-cluster.sh (cold: ~15 min)"
+	"$ROOT/hack/build-cluster.sh"
+fi
+for b in containerd ctr runc /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback kubectl; do
+	command -v "$b" >/dev/null || die "missing $b"
+done
+
+# --- already up? stale? ----------------------------------------------------------------------
+apiserver_ready() { curl -sf -m 2 "${ADMIN[@]}" "$APISERVER_URL/readyz" >/dev/null 2>&1; }
+all_alive() {
+	local c
+	for c in "${CLUSTER_COMPONENTS[@]}"; do pid_of "$c" >/dev/null || return 1; done
+}
+if all_alive; then
+	for _ in 1 2 3 4 5; do
+		if apiserver_ready; then
+			log "already up: ${CLUSTER_COMPONENTS[*]} running, $APISERVER_URL/readyz ok"
+			log "export KUBECONFIG=$ADMIN_KUBECONFIG"
+			exit 0
+		fi
+		sleep 1
+	done
+	log "all processes alive but $APISERVER_URL/readyz does not answer: restarting"
+fi
+
+stale=()
+for f in "$RUN"/pids/*.pid; do [ -e "$f" ] && stale+=("pid file $(basename "$f")"); done
+for l in "$HOST_BRIDGE" "$POD_BRIDGE"; do ip link show "$l" >/dev/null 2>&1 && stale+=("bridge $l"); done
+n=$(cluster_mounts | wc -l); [ "$n" = 0 ] || stale+=("$n mounts under $RUN")
+n=$(cluster_netns | wc -l); [ "$n" = 0 ] || stale+=("$n pod netns")
+n=$(cluster_pod_pids | wc -l); [ "$n" = 0 ] || stale+=("$n pod processes")
+n=$(cluster_shims | wc -l); [ "$n" = 0 ] || stale+=("$n containerd shims")
+if [ ${#stale[@]} -gt 0 ]; then
+	log "stale state from an earlier run ($(
+		IFS=,
+		echo "${stale[*]}"
+	)): running down.sh first"
+	"$HERE/down.sh" 2>&1 | sed 's/^/  /'
+fi
+
+# refuse to start over processes we do not own
+busy=$(ss -Hltn 2>/dev/null | awk '{print $4}' | grep -E "^(127\.0\.0\.1|$HOST_IP|0\.0\.0\.0|\*|\[::\]):(2379|2380|2381|$APISERVER_PORT|10248|10250|10257|10259)$" || true)
+[ -z "$busy" ] || die "ports already in use by processes not started by up.sh: $(echo "$busy" | tr "\n" " ")"
+
+mkdir -p "$RUN"/{pids,logs} "$RUN"/containerd/imported "$RUN"/cni/{net.d,ipam} "$RUN"/pod-logs "$RUN"/kubelet "$RUN"/kcm-flexvolume
+
+# --- helpers -----------------------------------------------------------------------------------
+start() { # NAME CMD...: own session (survives this shell), PID file, log (previous run's kept as .prev)
+	local n=$1
+	shift
+	[ -f "$RUN/logs/$n.log" ] && mv -f "$RUN/logs/$n.log" "$RUN/logs/$n.log.prev"
+	setsid "$@" >"$RUN/logs/$n.log" 2>&1 </dev/null 9>&- &
+	echo $! >"$RUN/pids/$n.pid"
+	log "started $n (pid $!)"
+}
+fail() { # NAME MSG: show the component's log tail and give up (state stays for inspection)
+	echo "---- last lines of $RUN/logs/$1.log ----" >&2
+	tail -25 "$RUN/logs/$1.log" >&2 || true
+	die "$2 (state left for inspection: hack/cluster/down.sh cleans it up, up.sh does too)"
+}
+waitfor() { # NAME WHAT CMD...: poll CMD until it succeeds; NAME's process must stay alive
+	local n=$1 what=$2 s i
+	shift 2
+	s=$(date +%s.%N)
+	for ((i = 0; i < UP_TIMEOUT * 5; i++)); do
+		if "$@" >/dev/null 2>&1; then
+			log "$what ready after $(elapsed "$s")s"
+			return 0
+		fi
+		pid_of "$n" >/dev/null || fail "$n" "$n exited"
+		sleep 0.2
+	done
+	fail "$n" "$what not ready after ${UP_TIMEOUT}s"
+}
+render() { # TEMPLATE OUT: substitute only our variables (${NAME}) in a hack/cluster/conf template
+	envsubst '${RUN} ${PKI} ${HOST_IP} ${CONTAINERD_SOCK} ${PAUSE_IMAGE} ${KUBE_CGROUP_ROOT} ${CNI_NETWORK} ${POD_BRIDGE} ${POD_CIDR} ${POD_GW} ${POD_RANGE_START}' \
+		<"$HERE/conf/$1" >"$2.tmp"
+	mv "$2.tmp" "$2"
+}
+
+# --- network: host-only node IP on a port-less bridge; pod bridge ----------------------------
+ip link add "$HOST_BRIDGE" type bridge
+ip addr add "$HOST_IP/32" dev "$HOST_BRIDGE"
+ip link set "$HOST_BRIDGE" up
+ip link add "$POD_BRIDGE" type bridge
+ip addr add "$POD_GW/${POD_CIDR#*/}" dev "$POD_BRIDGE"
+ip link set "$POD_BRIDGE" up
+log "bridges $HOST_BRIDGE ($HOST_IP/32) and $POD_BRIDGE ($POD_GW/${POD_CIDR#*/}) up"
+
+# --- PKI, kubeconfigs, configs ---------------------------------------------------------------
+LOG_PREFIX=up "$HERE/pki.sh"
+p=${POD_GW%.*}
+export RUN PKI HOST_IP CONTAINERD_SOCK PAUSE_IMAGE KUBE_CGROUP_ROOT CNI_NETWORK POD_BRIDGE POD_CIDR POD_GW
+export POD_RANGE_START=${POD_RANGE_START:-$p.10}
+render containerd.toml "$RUN/containerd/config.toml"
+render kubelet.yaml "$RUN/kubelet.yaml"
+render 10-kube-sandbox.conflist "$RUN/cni/net.d/10-$CNI_NETWORK.conflist"
+
+# pods live in $KUBE_CGROUP_ROOT/kubepods: the kubelet wants the root to exist in every hierarchy
+for h in $(cgroup_hierarchies); do
+	d=$h$KUBE_CGROUP_ROOT
+	mkdir -p "$d"
+	if [ -f "$d/cpuset.cpus" ] && [ -z "$(cat "$d/cpuset.cpus")" ]; then
+		cat "$h/cpuset.cpus" >"$d/cpuset.cpus"
+		cat "$h/cpuset.mems" >"$d/cpuset.mems"
+	fi
+done
+
+# --- etcd and containerd ---------------------------------------------------------------------
+start etcd "$CBIN/etcd" --name "$NODE_NAME" --data-dir "$RUN/etcd-data" \
+	--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+	--initial-cluster "$NODE_NAME=http://127.0.0.1:2380" --listen-metrics-urls http://127.0.0.1:2381 \
+	--quota-backend-bytes=4294967296 --unsafe-no-fsync="$ETCD_UNSAFE_NO_FSYNC"
+start containerd containerd --config "$RUN/containerd/config.toml"
+waitfor etcd etcd sh -c 'curl -sf -m 1 http://127.0.0.1:2381/health | grep -q "\"health\":\"true\""'
+
+# --- kube-apiserver ----------------------------------------------------------------------------
+start kube-apiserver "$CBIN/kube-apiserver" \
+	--etcd-servers=http://127.0.0.1:2379 \
+	--bind-address="$HOST_IP" --secure-port="$APISERVER_PORT" --advertise-address="$HOST_IP" \
+	--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+	--client-ca-file="$PKI/ca.crt" --token-auth-file="$PKI/tokens.csv" \
+	--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --allow-privileged=true \
+	--service-cluster-ip-range=10.96.0.0/16 \
+	--service-account-issuer=https://kubernetes.default.svc.cluster.local \
+	--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+	--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+	--kubelet-preferred-address-types=InternalIP,Hostname \
+	--requestheader-client-ca-file="$PKI/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
+	--requestheader-extra-headers-prefix=X-Remote-Extra- --requestheader-group-headers=X-Remote-Group \
+	--requestheader-username-headers=X-Remote-User \
+	--proxy-client-cert-file="$PKI/front-proxy-client.crt" --proxy-client-key-file="$PKI/front-proxy-client.key" \
+	--enable-aggregator-routing=true --profiling=false
+
+# --- images: the pause image now (every pod needs it), the others in the background ------------
+waitfor containerd containerd ctr -a "$CONTAINERD_SOCK" version
+CTR=(ctr -a "$CONTAINERD_SOCK" -n k8s.io)
+images_t0=$(date +%s.%N)
+have=" $("${CTR[@]}" images ls -q | tr '\n' ' ') "
+import_one() { # TARBALL: import it unless containerd has its refs from this very tarball already
+	local t=$1 name st refs r fresh=1
+	name=$(basename "$t" .tar)
+	st="$(stat -c '%s %Y' "$t")"
+	refs=$(tar -xOf "$t" manifest.json | grep -oE '"RepoTags":\["[^]]*' | sed 's/"RepoTags":\[//; s/"//g; s/,/ /g')
+	for r in $refs; do case $have in *" $r "*) ;; *) fresh=0 ;; esac; done
+	if [ $fresh = 1 ] && [ "$(cat "$RUN/containerd/imported/$name" 2>/dev/null)" = "$st" ]; then
+		echo "kept $name ($refs)"
+		return 0
+	fi
+	"${CTR[@]}" images import "$t" >/dev/null || { echo "FAILED ctr images import $t"; return 1; }
+	echo "$st" >"$RUN/containerd/imported/$name"
+	echo "imported $name ($refs)"
+}
+pause_tars=() other_tars=()
+for t in "$IMAGES"/*.tar; do
+	[ -f "$t" ] || continue
+	if tar -xOf "$t" manifest.json | grep -qF "\"$PAUSE_IMAGE\""; then pause_tars+=("$t"); else other_tars+=("$t"); fi
+done
+[ ${#pause_tars[@]} -gt 0 ] || log "WARNING: no tarball in $IMAGES holds $PAUSE_IMAGE (run hack/images/build.sh): no pod can start"
+: >"$RUN/logs/images.log"
+for t in "${pause_tars[@]}"; do import_one "$t" >>"$RUN/logs/images.log" 2>&1 || fail images "cannot import $t"; done
+(
+	exec 9>&-
+	for t in "${other_tars[@]}"; do import_one "$t" || exit 1; done
+	echo "took $(elapsed "$images_t0")s"
+) >>"$RUN/logs/images.log" 2>&1 &
+images_pid=$!
+
+waitfor kube-apiserver "kube-apiserver $APISERVER_URL" curl -sf -m 2 "${ADMIN[@]}" "$APISERVER_URL/readyz"
+
+# --- controller-manager, scheduler -------------------------------------------------------------
+CM=$RUN/controller-manager.kubeconfig
+start kube-controller-manager "$CBIN/kube-controller-manager" \
+	--kubeconfig="$CM" --authentication-kubeconfig="$CM" --authorization-kubeconfig="$CM" \
+	--bind-address=127.0.0.1 --secure-port=10257 --leader-elect=false --use-service-account-credentials=true \
+	--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+	--cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+	--allocate-node-cidrs=false --flex-volume-plugin-dir="$RUN/kcm-flexvolume" --profiling=false
+SC=$RUN/scheduler.kubeconfig
+start kube-scheduler "$CBIN/kube-scheduler" \
+	--kubeconfig="$SC" --authentication-kubeconfig="$SC" --authorization-kubeconfig="$SC" \
+	--bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false
+
+# no registry: every container gets imagePullPolicy: Never
+kubectl apply -f "$HERE/conf/no-pull-policy.yaml" >/dev/null || fail kube-apiserver "cannot apply no-pull-policy.yaml"
+
+# --- kubelet ---------------------------------------------------------------------------------
+kubelet_started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+start kubelet "$CBIN/kubelet" --config="$RUN/kubelet.yaml" --kubeconfig="$RUN/kubelet.kubeconfig" \
+	--root-dir="$RUN/kubelet" --cert-dir="$RUN/kubelet/pki" --volume-plugin-dir="$RUN/kubelet/volume-plugins" \
+	--hostname-override="$NODE_NAME" --node-ip="$HOST_IP" --v=1
+
+waitfor kube-controller-manager kube-controller-manager curl -skf -m 1 https://127.0.0.1:10257/healthz
+waitfor kube-scheduler kube-scheduler curl -skf -m 1 https://127.0.0.1:10259/healthz
+# a Node object kept in etcd from an earlier run still says Ready: require a fresh heartbeat
+node_ready() {
+	local out
+	curl -sf -m 1 http://127.0.0.1:10248/healthz >/dev/null || return 1
+	out=$(kubectl get node "$NODE_NAME" -o jsonpath='{range .status.conditions[?(@.type=="Ready")]}{.status} {.lastHeartbeatTime}{end}') || return 1
+	[ "${out%% *}" = True ] && [[ ! "${out#* }" < "$kubelet_started" ]]
+}
+waitfor kubelet "node $NODE_NAME" node_ready
+waitfor kube-controller-manager "serviceaccount default/default" kubectl -n default get serviceaccount default
+policy_active() { # a server-side dry run shows the policy at work
+	[ "$(kubectl create --dry-run=server -o 'jsonpath={.spec.containers[0].imagePullPolicy}' -f - <<YAML 2>/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: ksb-policy-probe, namespace: default}
+spec: {containers: [{name: c, image: $SANDBOX_IMAGE_BUSYBOX, imagePullPolicy: Always}]}
+YAML
+	)" = Never ]
+}
+waitfor kube-apiserver "imagePullPolicy=Never policy" policy_active
+wait "$images_pid" || fail images "importing images into containerd failed"
+log "images: $(grep -c ^imported "$RUN/logs/images.log") imported, $(grep -c ^kept "$RUN/logs/images.log") already present (in $(sed -n 's/^took //p' "$RUN/logs/images.log"))"
+
+log "cluster up in $(elapsed)s: node $NODE_NAME Ready, apiserver $APISERVER_URL"
+log "export KUBECONFIG=$ADMIN_KUBECONFIG"

@@ -1,0 +1,785 @@
+package execd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	clientremotecommand "k8s.io/client-go/tools/remotecommand"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	utilexec "k8s.io/utils/exec"
+)
+
+const testToken = "s3cret-token"
+
+// startServer serves a Handler the way tests' clients reach execd.
+func startServer(t *testing.T) (*httptest.Server, *Handler) {
+	t.Helper()
+	h, err := NewHandler(HandlerConfig{Token: testToken, Executor: NewExecutor(nil), StreamIdleTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		h.StopSessions()
+		srv.Close()
+	})
+	return srv, h
+}
+
+type execRequest struct {
+	cmd   []string
+	token string
+	stdin io.Reader
+	tty   bool
+	// stdout defaults to a buffer returned as execResult.stdout.
+	stdout io.Writer
+	sizes  clientremotecommand.TerminalSizeQueue
+	// websocket selects client-go's websocket executor instead of SPDY.
+	websocket bool
+}
+
+type execResult struct {
+	stdout, stderr string
+	err            error
+}
+
+// execVia runs a command with client-go's SPDY executor, the client the
+// apiserver and kubectl use. It may run outside the test goroutine, so it
+// reports setup failures as the result's error rather than failing t.
+func execVia(ctx context.Context, baseURL string, r execRequest) execResult {
+	u, err := ExecURL(baseURL, r.cmd, remotecommand.Options{Stdin: r.stdin != nil, Stdout: true, Stderr: !r.tty, TTY: r.tty})
+	if err != nil {
+		return execResult{err: err}
+	}
+	config := &rest.Config{Host: baseURL, BearerToken: r.token}
+	var exec clientremotecommand.Executor
+	if r.websocket {
+		// v4: like kubelet, execd's websocket server predates v5.
+		exec, err = clientremotecommand.NewWebSocketExecutorForProtocols(config, http.MethodGet, u.String(), remotecommand.StreamProtocolV4Name)
+	} else {
+		exec, err = clientremotecommand.NewSPDYExecutor(config, http.MethodPost, u)
+	}
+	if err != nil {
+		return execResult{err: err}
+	}
+	var stdout, stderr lockedBuffer
+	opts := clientremotecommand.StreamOptions{Stdin: r.stdin, Stdout: &stdout, Tty: r.tty, TerminalSizeQueue: r.sizes}
+	if r.stdout != nil {
+		opts.Stdout = r.stdout
+	}
+	if !r.tty {
+		opts.Stderr = &stderr
+	}
+	err = exec.StreamWithContext(ctx, opts)
+	return execResult{stdout: stdout.String(), stderr: stderr.String(), err: err}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use: when its context
+// is cancelled, StreamWithContext returns while its copies may still write.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// exitCode is the exit code a client sees: 0 for success, -1 for an error
+// that is no exit code.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var exitErr utilexec.ExitError
+	if errors.As(err, &exitErr) {
+		return exitErr.ExitStatus()
+	}
+	return -1
+}
+
+func TestExec(t *testing.T) {
+	srv, _ := startServer(t)
+	notExecutable := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notExecutable, []byte("#!/bin/sh\necho hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name           string
+		cmd            []string
+		wantStdout     string
+		wantStderr     string // substring
+		wantExitCode   int
+		wantStderrFull bool // wantStderr must match exactly
+	}{
+		{
+			name:       "success",
+			cmd:        []string{"sh", "-c", "echo hello"},
+			wantStdout: "hello\n",
+		},
+		{
+			name:           "stdout, stderr and exit code",
+			cmd:            []string{"sh", "-c", "echo out; echo err >&2; exit 3"},
+			wantStdout:     "out\n",
+			wantStderr:     "err\n",
+			wantStderrFull: true,
+			wantExitCode:   3,
+		},
+		{
+			name:         "missing command exits 127 like a shell",
+			cmd:          []string{"no-such-command-for-execd"},
+			wantStderr:   "no-such-command-for-execd",
+			wantExitCode: 127,
+		},
+		{
+			name:         "missing path exits 127",
+			cmd:          []string{"/no/such/dir/cmd"},
+			wantStderr:   "/no/such/dir/cmd",
+			wantExitCode: 127,
+		},
+		{
+			name:         "non-executable file exits 126",
+			cmd:          []string{notExecutable},
+			wantStderr:   "permission denied",
+			wantExitCode: 126,
+		},
+		{
+			name:         "killed by a signal reports 128+signal",
+			cmd:          []string{"sh", "-c", "kill -KILL $$"},
+			wantExitCode: 128 + int(syscall.SIGKILL),
+		},
+		{
+			name:       "runs in execd's working directory",
+			cmd:        []string{"pwd"},
+			wantStdout: mustGetwd(t) + "\n",
+		},
+	}
+	for _, transport := range []string{"spdy", "websocket"} {
+		for _, tt := range tests {
+			t.Run(transport+"/"+tt.name, func(t *testing.T) {
+				res := execVia(testContext(t), srv.URL, execRequest{cmd: tt.cmd, token: testToken, websocket: transport == "websocket"})
+				if got := exitCode(res.err); got != tt.wantExitCode {
+					t.Errorf("exit code = %d (err %v), want %d", got, res.err, tt.wantExitCode)
+				}
+				if res.stdout != tt.wantStdout {
+					t.Errorf("stdout = %q, want %q", res.stdout, tt.wantStdout)
+				}
+				if tt.wantStderrFull && res.stderr != tt.wantStderr || !strings.Contains(res.stderr, tt.wantStderr) {
+					t.Errorf("stderr = %q, want %q", res.stderr, tt.wantStderr)
+				}
+			})
+		}
+	}
+}
+
+func mustGetwd(t *testing.T) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wd
+}
+
+func TestExecStdin(t *testing.T) {
+	srv, _ := startServer(t)
+	big := make([]byte, 5<<20)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name  string
+		cmd   []string
+		input []byte
+		// want is the expected stdout; nil means "the input itself".
+		want []byte
+	}{
+		{name: "5 MB through cat", cmd: []string{"cat"}, input: big},
+		{name: "end of input reaches the command", cmd: []string{"wc", "-c"}, input: []byte("12345"), want: []byte("5\n")},
+		{name: "empty input", cmd: []string{"cat"}, input: []byte{}},
+		{name: "command that ignores its input", cmd: []string{"echo", "done"}, input: big, want: []byte("done\n")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := execVia(testContext(t), srv.URL, execRequest{cmd: tt.cmd, token: testToken, stdin: bytes.NewReader(tt.input)})
+			if res.err != nil {
+				t.Fatalf("exec: %v (stderr %q)", res.err, res.stderr)
+			}
+			want := tt.want
+			if want == nil {
+				want = tt.input
+			}
+			gotSum, wantSum := sha256.Sum256([]byte(res.stdout)), sha256.Sum256(want)
+			if gotSum != wantSum {
+				t.Errorf("stdout: %d bytes sha256 %x, want %d bytes sha256 %x", len(res.stdout), gotSum, len(want), wantSum)
+			}
+		})
+	}
+}
+
+// sizeQueue hands out fixed terminal sizes, then reports the end.
+type sizeQueue struct {
+	sizes chan clientremotecommand.TerminalSize
+}
+
+func newSizeQueue(sizes ...clientremotecommand.TerminalSize) *sizeQueue {
+	q := &sizeQueue{sizes: make(chan clientremotecommand.TerminalSize, len(sizes))}
+	for _, s := range sizes {
+		q.sizes <- s
+	}
+	close(q.sizes)
+	return q
+}
+
+func (q *sizeQueue) Next() *clientremotecommand.TerminalSize {
+	s, ok := <-q.sizes
+	if !ok {
+		return nil
+	}
+	return &s
+}
+
+func TestExecTTY(t *testing.T) {
+	srv, _ := startServer(t)
+	tests := []struct {
+		name       string
+		cmd        []string
+		stdin      io.Reader
+		sizes      clientremotecommand.TerminalSizeQueue
+		wantPrefix string
+		wantOutput string // substring
+		wantExit   int
+	}{
+		{name: "stdin is a terminal", cmd: []string{"tty"}, wantPrefix: "/dev/"},
+		{
+			name:       "terminal has the client's size",
+			cmd:        []string{"stty", "size"},
+			sizes:      newSizeQueue(clientremotecommand.TerminalSize{Width: 123, Height: 45}),
+			wantOutput: "45 123\r\n",
+		},
+		{
+			name:       "end of input ends a reading command",
+			cmd:        []string{"cat"},
+			stdin:      strings.NewReader("hello\n"),
+			wantOutput: "hello\r\n",
+		},
+		{
+			name:       "stderr goes to the terminal",
+			cmd:        []string{"sh", "-c", "echo oops >&2; exit 4"},
+			wantOutput: "oops\r\n",
+			wantExit:   4,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := execVia(testContext(t), srv.URL, execRequest{cmd: tt.cmd, token: testToken, tty: true, stdin: tt.stdin, sizes: tt.sizes})
+			if got := exitCode(res.err); got != tt.wantExit {
+				t.Fatalf("exit code = %d (err %v), want %d; output %q", got, res.err, tt.wantExit, res.stdout)
+			}
+			if !strings.HasPrefix(res.stdout, tt.wantPrefix) || !strings.Contains(res.stdout, tt.wantOutput) {
+				t.Errorf("output = %q, want prefix %q containing %q", res.stdout, tt.wantPrefix, tt.wantOutput)
+			}
+		})
+	}
+}
+
+func TestExecAuthentication(t *testing.T) {
+	srv, _ := startServer(t)
+	tests := []struct {
+		name    string
+		header  string // Authorization header for the raw request
+		token   string // bearer token for the SPDY client
+		wantRan bool
+	}{
+		{name: "missing token", header: "", token: ""},
+		{name: "wrong token", header: "Bearer nope", token: "nope"},
+		{name: "token prefix", header: "Bearer " + testToken[:4], token: testToken[:4]},
+		{name: "wrong scheme", header: "Basic " + testToken},
+		// The control proves the marker check can fail.
+		{name: "right token runs", header: "Bearer " + testToken, token: testToken, wantRan: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			marker := filepath.Join(t.TempDir(), "ran")
+			cmd := []string{"touch", marker}
+			u, err := ExecURL(srv.URL, cmd, remotecommand.Options{Stdout: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			req, err := http.NewRequestWithContext(testContext(t), http.MethodPost, u.String(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.header != "" {
+				req.Header.Set("Authorization", tt.header)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			// With the right token the plain request fails the upgrade
+			// handshake instead (400): it is not an upgrade request.
+			if wantUnauthorized := !tt.wantRan; (resp.StatusCode == http.StatusUnauthorized) != wantUnauthorized {
+				t.Errorf("plain request status = %d, want 401: %v", resp.StatusCode, wantUnauthorized)
+			}
+
+			if tt.token != "" || tt.wantRan {
+				res := execVia(testContext(t), srv.URL, execRequest{cmd: cmd, token: tt.token})
+				if (res.err == nil) != tt.wantRan {
+					t.Errorf("exec err = %v, want success: %v", res.err, tt.wantRan)
+				}
+			}
+			_, err = os.Stat(marker)
+			if ran := err == nil; ran != tt.wantRan {
+				t.Errorf("command ran = %v, want %v", ran, tt.wantRan)
+			}
+		})
+	}
+}
+
+// TestExecTokenInQuery: the apiserver's WebSocket translation passes the token as a query
+// parameter; the same rules hold there.
+func TestExecTokenInQuery(t *testing.T) {
+	srv, _ := startServer(t)
+	for _, tt := range []struct {
+		name    string
+		token   string
+		wantRan bool
+	}{
+		{name: "wrong token", token: "nope"},
+		{name: "right token", token: testToken, wantRan: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			marker := filepath.Join(t.TempDir(), "ran")
+			u, err := ExecURL(srv.URL, []string{"touch", marker}, remotecommand.Options{Stdout: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := u.Query()
+			q.Set(TokenParam, tt.token)
+			u.RawQuery = q.Encode()
+			exec, err := clientremotecommand.NewSPDYExecutor(&rest.Config{Host: srv.URL}, http.MethodPost, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = exec.StreamWithContext(testContext(t), clientremotecommand.StreamOptions{Stdout: io.Discard})
+			if (err == nil) != tt.wantRan {
+				t.Errorf("exec err = %v, want success: %v", err, tt.wantRan)
+			}
+			if _, err := os.Stat(marker); (err == nil) != tt.wantRan {
+				t.Errorf("command ran = %v, want %v", err == nil, tt.wantRan)
+			}
+		})
+	}
+}
+
+func TestHTTPEndpoints(t *testing.T) {
+	srv, _ := startServer(t)
+	tests := []struct {
+		name       string
+		method     string
+		path       string
+		auth       bool
+		wantStatus int
+		wantBody   string
+	}{
+		{name: "healthz needs no token", method: http.MethodGet, path: HealthzPath, wantStatus: http.StatusOK, wantBody: "ok"},
+		{name: "readyz needs no token", method: http.MethodGet, path: ReadyzPath, wantStatus: http.StatusOK, wantBody: "ok"},
+		{name: "exec GET needs a token", method: http.MethodGet, path: ExecPath + "?command=true&output=1", wantStatus: http.StatusUnauthorized},
+		{name: "exec without command", method: http.MethodPost, path: ExecPath + "?output=1", auth: true, wantStatus: http.StatusBadRequest},
+		{name: "exec with empty command", method: http.MethodPost, path: ExecPath + "?command=&output=1", auth: true, wantStatus: http.StatusBadRequest},
+		{name: "exec without streams", method: http.MethodPost, path: ExecPath + "?command=true", auth: true, wantStatus: http.StatusBadRequest},
+		{name: "exec wrong method", method: http.MethodPut, path: ExecPath + "?command=true&output=1", auth: true, wantStatus: http.StatusMethodNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(testContext(t), tt.method, srv.URL+tt.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.auth {
+				req.Header.Set("Authorization", "Bearer "+testToken)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != tt.wantStatus {
+				t.Errorf("status = %d, want %d (body %q)", resp.StatusCode, tt.wantStatus, body)
+			}
+			if tt.wantBody != "" && string(body) != tt.wantBody {
+				t.Errorf("body = %q, want %q", body, tt.wantBody)
+			}
+		})
+	}
+}
+
+// processGone reports whether pid has exited. A zombie counts as gone: it
+// only waits for its parent (init, outside this test) to collect it.
+func processGone(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	fields := bytes.Fields(data[bytes.LastIndexByte(data, ')')+1:])
+	return len(fields) > 0 && string(fields[0]) == "Z"
+}
+
+// startBackgroundSleep runs a command that leaves "sleep 1000" running in
+// its process group and returns the sleep's pid and the session's result.
+func startBackgroundSleep(ctx context.Context, t *testing.T, baseURL string, websocket bool) (int, <-chan execResult) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	done := make(chan execResult, 1)
+	go func() {
+		res := execVia(ctx, baseURL, execRequest{cmd: []string{"sh", "-c", "sleep 1000 & echo $!; wait"}, token: testToken, stdout: pw, websocket: websocket})
+		_ = pw.CloseWithError(io.EOF)
+		done <- res
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the background pid: %v", err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("background pid %q: %v", line, err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // in case the test fails
+	if processGone(pid) {
+		t.Fatalf("background sleep %d is not running", pid)
+	}
+	return pid, done
+}
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if processGone(pid) {
+			return
+		}
+	}
+	t.Fatalf("process %d still running", pid)
+}
+
+func TestSessionEndKillsProcessGroup(t *testing.T) {
+	tests := []struct {
+		name      string
+		websocket bool
+		end       func(cancelClient context.CancelFunc, h *Handler)
+	}{
+		{name: "client cancels its context", end: func(cancel context.CancelFunc, _ *Handler) { cancel() }},
+		{name: "websocket client cancels its context", websocket: true, end: func(cancel context.CancelFunc, _ *Handler) { cancel() }},
+		{name: "execd stops its sessions", end: func(_ context.CancelFunc, h *Handler) { h.StopSessions() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, h := startServer(t)
+			ctx, cancel := context.WithCancel(testContext(t))
+			defer cancel()
+			pid, done := startBackgroundSleep(ctx, t, srv.URL, tt.websocket)
+
+			// Still running while the session lives: the kill below is
+			// what ends it.
+			time.Sleep(200 * time.Millisecond)
+			if processGone(pid) {
+				t.Fatalf("background sleep %d died before the session ended", pid)
+			}
+			tt.end(cancel, h)
+			waitGone(t, pid)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("exec did not return")
+			}
+		})
+	}
+}
+
+func TestInstallCommand(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		existing bool
+	}{
+		{name: "creates parent directories"},
+		{name: "replaces an existing file", existing: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "a", "b", BinaryName)
+			if tt.existing {
+				if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(dst, []byte("old"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := NewCommand()
+			cmd.SetArgs([]string{"install", "--to", dst})
+			if code := Execute(context.Background(), cmd); code != 0 {
+				t.Fatalf("install exited %d", code)
+			}
+			st, err := os.Stat(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode().Perm() != 0o755 {
+				t.Errorf("mode = %v, want 0755", st.Mode().Perm())
+			}
+			got, err := os.ReadFile(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("installed %d bytes, want a copy of %s (%d bytes)", len(got), self, len(want))
+			}
+			entries, _ := os.ReadDir(filepath.Dir(dst))
+			if len(entries) != 1 {
+				t.Errorf("install left %d files behind, want only %s", len(entries), BinaryName)
+			}
+		})
+	}
+}
+
+func TestServeConfigValidate(t *testing.T) {
+	valid := ServeConfig{ListenAddr: DefaultListenAddr, Token: "t", StreamIdleTimeout: time.Hour}
+	tests := []struct {
+		name    string
+		mutate  func(*ServeConfig)
+		wantErr string
+	}{
+		{name: "valid", mutate: func(*ServeConfig) {}},
+		{name: "valid with host and entrypoint", mutate: func(c *ServeConfig) {
+			c.ListenAddr, c.Entrypoint = "localhost:80", []string{"nginx"}
+		}},
+		{name: "valid IPv6", mutate: func(c *ServeConfig) { c.ListenAddr = "[::1]:44771" }},
+		{name: "empty token refused", mutate: func(c *ServeConfig) { c.Token = "" }, wantErr: "token is empty"},
+		{name: "token with whitespace", mutate: func(c *ServeConfig) { c.Token = "abc\n" }, wantErr: "whitespace"},
+		{name: "listen address without port", mutate: func(c *ServeConfig) { c.ListenAddr = "localhost" }, wantErr: "listen address"},
+		{name: "listen port out of range", mutate: func(c *ServeConfig) { c.ListenAddr = ":70000" }, wantErr: "port"},
+		{name: "listen host invalid", mutate: func(c *ServeConfig) { c.ListenAddr = "bad host:1" }, wantErr: "host"},
+		{name: "empty entrypoint command", mutate: func(c *ServeConfig) { c.Entrypoint = []string{""} }, wantErr: "entrypoint"},
+		{name: "negative idle timeout", mutate: func(c *ServeConfig) { c.StreamIdleTimeout = -time.Second }, wantErr: "negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := valid
+			tt.mutate(&cfg)
+			err := cfg.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate() = %v, want error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+func waitHealthy(t *testing.T, addr string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + HealthzPath)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+	}
+	t.Fatalf("execd at %s did not become healthy", addr)
+}
+
+// TestServeCommand runs the serve command end to end: token handling,
+// entrypoint, exec sessions and the exit code.
+func TestServeCommand(t *testing.T) {
+	tests := []struct {
+		name     string
+		token    string
+		wantCode int
+		// exec, when set, runs an exec session while the entrypoint waits
+		// for stopFile.
+		exec bool
+	}{
+		{name: "empty token is refused", token: "", wantCode: 1},
+		{name: "entrypoint exit code is execd's", token: testToken, wantCode: 7, exec: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			envFile, stopFile := filepath.Join(dir, "env"), filepath.Join(dir, "stop")
+			addr := freeAddr(t)
+			t.Setenv(TokenEnv, tt.token)
+			entrypoint := fmt.Sprintf(`printf %%s "${%s-unset}" > %s; while [ ! -e %s ]; do sleep 0.05; done; exit 7`, TokenEnv, envFile, stopFile)
+			cmd := NewCommand()
+			var stderr bytes.Buffer
+			cmd.SetErr(&stderr)
+			cmd.SetArgs([]string{"serve", "--listen", addr, "--", "sh", "-c", entrypoint})
+			ctx := testContext(t)
+			code := make(chan int, 1)
+			go func() { code <- Execute(ctx, cmd) }()
+
+			if tt.exec {
+				waitHealthy(t, addr)
+				res := execVia(testContext(t), "http://"+addr, execRequest{
+					cmd:   []string{"sh", "-c", fmt.Sprintf(`printf %%s "${%s-unset}"`, TokenEnv)},
+					token: tt.token,
+				})
+				if res.err != nil || res.stdout != "unset" {
+					t.Errorf("exec session sees token variable %q (err %v), want it unset", res.stdout, res.err)
+				}
+				if err := os.WriteFile(stopFile, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case got := <-code:
+				if got != tt.wantCode {
+					t.Errorf("exit code = %d, want %d; stderr %q", got, tt.wantCode, stderr.String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("serve did not return")
+			}
+			if tt.token == "" {
+				if !strings.Contains(stderr.String(), "token is empty") {
+					t.Errorf("stderr = %q, want it to explain the empty token", stderr.String())
+				}
+				if _, err := os.Stat(envFile); err == nil {
+					t.Error("entrypoint ran without a token")
+				}
+				return
+			}
+			env, err := os.ReadFile(envFile)
+			if err != nil || string(env) != "unset" {
+				t.Errorf("entrypoint sees token variable %q (%v), want it unset", env, err)
+			}
+		})
+	}
+}
+
+// TestServeEntrypointSignals checks how the entrypoint is stopped.
+func TestServeEntrypointSignals(t *testing.T) {
+	trapping := `trap "exit 42" TERM; while :; do sleep 0.05; done`
+	tests := []struct {
+		name       string
+		entrypoint []string
+		stop       func(cancel context.CancelFunc, signals chan<- os.Signal)
+		wantCode   int
+	}{
+		{
+			name:       "forwarded SIGTERM",
+			entrypoint: []string{"sh", "-c", trapping},
+			stop:       func(_ context.CancelFunc, s chan<- os.Signal) { s <- syscall.SIGTERM },
+			wantCode:   42,
+		},
+		{
+			name:       "context cancelled without a signal sends SIGTERM",
+			entrypoint: []string{"sh", "-c", trapping},
+			stop:       func(cancel context.CancelFunc, _ chan<- os.Signal) { cancel() },
+			wantCode:   42,
+		},
+		{
+			name:       "killed by a forwarded signal",
+			entrypoint: []string{"sleep", "1000"},
+			stop:       func(_ context.CancelFunc, s chan<- os.Signal) { s <- syscall.SIGINT },
+			wantCode:   128 + int(syscall.SIGINT),
+		},
+		{
+			name:       "missing entrypoint exits 127",
+			entrypoint: []string{"no-such-entrypoint-for-execd"},
+			stop:       func(context.CancelFunc, chan<- os.Signal) {},
+			wantCode:   127,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(testContext(t))
+			defer cancel()
+			addr := freeAddr(t)
+			signals := make(chan os.Signal, 1)
+			type result struct {
+				code int
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				code, err := Serve(ctx, ServeConfig{ListenAddr: addr, Token: testToken, Entrypoint: tt.entrypoint}, signals)
+				done <- result{code, err}
+			}()
+			if tt.wantCode != 127 {
+				waitHealthy(t, addr)
+				time.Sleep(100 * time.Millisecond) // let sh install its trap
+			}
+			tt.stop(cancel, signals)
+			select {
+			case r := <-done:
+				if r.code != tt.wantCode {
+					t.Errorf("exit code = %d (err %v), want %d", r.code, r.err, tt.wantCode)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("serve did not return")
+			}
+		})
+	}
+}

@@ -1,0 +1,229 @@
+package execd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	"k8s.io/klog/v2"
+)
+
+// HandlerConfig configures NewHandler.
+type HandlerConfig struct {
+	// Token is the bearer token exec requests must present. Required.
+	Token string
+	// Executor runs the sessions. Required.
+	Executor remotecommand.Executor
+	// StreamIdleTimeout closes an exec connection without traffic for this
+	// long (0: never), as kubelet's streaming server does.
+	StreamIdleTimeout time.Duration
+}
+
+// Handler serves execd's HTTP API: the exec endpoint and health probes.
+type Handler struct {
+	mux               *http.ServeMux
+	tokenSum          [sha256.Size]byte
+	executor          remotecommand.Executor
+	streamIdleTimeout time.Duration
+
+	// Exec connections are hijacked, so http.Server.Shutdown neither waits
+	// for them nor ends them; the handler owns them instead.
+	mu             sync.Mutex
+	stopped        bool
+	sessions       sync.WaitGroup
+	sessionsCtx    context.Context
+	cancelSessions context.CancelFunc
+}
+
+// NewHandler returns the execd HTTP handler.
+func NewHandler(cfg HandlerConfig) (*Handler, error) {
+	if cfg.Token == "" {
+		return nil, errors.New("an exec token is required")
+	}
+	if cfg.Executor == nil {
+		return nil, errors.New("an executor is required")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Handler{
+		mux:               http.NewServeMux(),
+		tokenSum:          sha256.Sum256([]byte(cfg.Token)),
+		executor:          cfg.Executor,
+		streamIdleTimeout: cfg.StreamIdleTimeout,
+		sessionsCtx:       ctx,
+		cancelSessions:    cancel,
+	}
+	// GET for websocket clients, POST for SPDY ones (kubectl's default).
+	h.mux.HandleFunc("GET "+ExecPath, h.serveExec)
+	h.mux.HandleFunc("POST "+ExecPath, h.serveExec)
+	h.mux.HandleFunc("GET "+HealthzPath, serveOK)
+	h.mux.HandleFunc("GET "+ReadyzPath, serveOK)
+	return h, nil
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	h.mux.ServeHTTP(w, req)
+}
+
+// StopSessions refuses new exec sessions, kills the running ones and waits
+// until their handlers returned.
+func (h *Handler) StopSessions() {
+	h.mu.Lock()
+	h.stopped = true
+	h.mu.Unlock()
+	h.cancelSessions()
+	h.sessions.Wait()
+}
+
+// Probes only say that execd is up; they carry no information worth a
+// token, and kubelet's probes cannot present one.
+func serveOK(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok")
+}
+
+func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
+	if !h.authorized(req) {
+		klog.V(2).InfoS("Rejected unauthenticated exec request", "remoteAddr", req.RemoteAddr)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox-execd"`)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	// Query only: parsing a form body would consume a POST's body, which is
+	// part of the upgraded connection.
+	cmd := req.URL.Query()[CommandParam]
+	if len(cmd) == 0 || cmd[0] == "" {
+		http.Error(w, "no command given: set the "+CommandParam+" query parameter", http.StatusBadRequest)
+		return
+	}
+	opts, err := remotecommand.NewOptions(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		http.Error(w, "sandbox-execd is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	h.sessions.Add(1)
+	h.mu.Unlock()
+	defer h.sessions.Done()
+
+	// The session ends when the client goes away (see disconnectWatcher) or
+	// execd shuts down.
+	ctx, cancel := context.WithCancelCause(req.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(h.sessionsCtx, func() { cancel(errors.New("sandbox-execd is shutting down")) })
+	defer stop()
+	watched := &disconnectWatcher{ResponseWriter: w, cancel: cancel}
+
+	// argv[0] only: arguments may carry secrets ("sh -c 'TOKEN=...'").
+	klog.V(4).InfoS("Exec request", "command", cmd[0], "args", len(cmd)-1, "tty", opts.TTY, "stdin", opts.Stdin, "remoteAddr", req.RemoteAddr)
+	remotecommand.ServeExec(watched, req.WithContext(ctx), requestedStreams{h.executor, *opts}, "", "", "", cmd,
+		opts, h.streamIdleTimeout, remotecommand.DefaultStreamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+}
+
+// authorized checks the token in constant time. Comparing digests also hides the token's
+// length. The token comes as a bearer token, or as the "token" query parameter: the
+// apiserver's WebSocket-to-SPDY translation cannot set headers on its upstream request.
+func (h *Handler) authorized(req *http.Request) bool {
+	token := req.URL.Query().Get(TokenParam)
+	if scheme, bearer, ok := strings.Cut(req.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		token = strings.TrimSpace(bearer)
+	}
+	if token == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(sum[:], h.tokenSum[:]) == 1
+}
+
+// requestedStreams hands the executor only the streams the client asked
+// for. Over websockets ServeExec passes every channel, requested or not, and
+// copying a never-ending unrequested stdin would keep the command's input
+// open forever.
+type requestedStreams struct {
+	remotecommand.Executor
+	opts remotecommand.Options
+}
+
+func (r requestedStreams) ExecInContainer(ctx context.Context, name, uid, container string, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, timeout time.Duration) error {
+	if !r.opts.Stdin {
+		in = nil
+	}
+	if !r.opts.Stdout {
+		out = nil
+	}
+	if !r.opts.Stderr {
+		errw = nil
+	}
+	return r.Executor.ExecInContainer(ctx, name, uid, container, cmd, in, out, errw, tty, resize, timeout)
+}
+
+// disconnectWatcher notices when the client of a hijacked connection goes
+// away. net/http stops watching a connection once it is hijacked, so the
+// request context is not cancelled when the client disconnects, and a silent
+// command ("sleep 1000") would otherwise outlive its session. The watcher
+// cancels the session when the connection fails or is closed, which is also
+// how the stream idle timeout ends a session.
+//
+// It deliberately has no Unwrap method: ServeExec unwraps writers for
+// websockets, and then the watcher would be bypassed.
+type disconnectWatcher struct {
+	http.ResponseWriter
+	cancel context.CancelCauseFunc
+}
+
+func (d *disconnectWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(d.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	wc := &watchedConn{Conn: conn, cancel: d.cancel}
+	// The server may already have read bytes past the request headers (a
+	// client can send its first frames right away); they must come first.
+	var r io.Reader = wc
+	if n := brw.Reader.Buffered(); n > 0 {
+		buffered, _ := brw.Reader.Peek(n)
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(buffered)), wc)
+	}
+	return wc, bufio.NewReadWriter(bufio.NewReader(r), bufio.NewWriter(wc)), nil
+}
+
+type watchedConn struct {
+	net.Conn
+	cancel context.CancelCauseFunc
+}
+
+func (c *watchedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil {
+		c.cancel(errors.New("exec client disconnected"))
+	}
+	return n, err
+}
+
+func (c *watchedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.cancel(errors.New("exec client disconnected"))
+	}
+	return n, err
+}
+
+func (c *watchedConn) Close() error {
+	c.cancel(errors.New("exec connection closed"))
+	return c.Conn.Close()
+}

@@ -1,0 +1,164 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	apiserver "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/server"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/manager"
+)
+
+// Scheme knows the types the tests read and write on the kube-apiserver.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(Scheme))
+	utilruntime.Must(apiregistrationv1.AddToScheme(Scheme))
+	utilruntime.Must(controlv1alpha1.AddToScheme(Scheme))
+}
+
+// InstallCRDs creates the CRDs of artifacts/base/crds and waits until they are established.
+func InstallCRDs(ctx context.Context, c client.Client) error {
+	files, err := filepath.Glob(filepath.Join(RepoRoot(), "artifacts", "base", "crds", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("no CRDs found in artifacts/base/crds: %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(data, crd); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if err := c.Create(ctx, crd); err != nil {
+			return fmt.Errorf("create CRD %s: %w", crd.Name, err)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			got := &apiextensionsv1.CustomResourceDefinition{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
+				return false, nil
+			}
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			return fmt.Errorf("CRD %s not established: %w", crd.Name, err)
+		}
+	}
+	return nil
+}
+
+// StartSandboxAPIServer runs sandbox-apiserver in this process, as the admin, with delegated
+// authentication and authorization against the control plane, and registers it through an
+// APIService, so that requests take the same path through the aggregator as in a cluster.
+func StartSandboxAPIServer(ctx context.Context, cp *ControlPlane, c client.Client) error {
+	kubeconfig := filepath.Join(cp.Dir, "sandbox-apiserver.kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig, AdminToken); err != nil {
+		return err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	cmd := apiserver.NewCommand(ctx)
+	cmd.SetArgs([]string{
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(cp.Dir, "sandbox-apiserver-certs"),
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--v=2",
+	})
+	errCh := make(chan error, 1)
+	go func() { errCh <- cmd.Execute() }()
+
+	ns := "kube-sandbox-system"
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "sandbox-apiserver", Namespace: ns},
+			Spec: corev1.ServiceSpec{
+				Type:         corev1.ServiceTypeExternalName,
+				ExternalName: "localhost",
+				Ports:        []corev1.ServicePort{{Name: "https", Port: int32(port)}},
+			},
+		},
+		&apiregistrationv1.APIService{
+			ObjectMeta: metav1.ObjectMeta{Name: "v1alpha1.sandbox.kube-sandbox.io"},
+			Spec: apiregistrationv1.APIServiceSpec{
+				Group:                 "sandbox.kube-sandbox.io",
+				Version:               "v1alpha1",
+				Service:               &apiregistrationv1.ServiceReference{Namespace: ns, Name: "sandbox-apiserver", Port: int32Ptr(int32(port))},
+				InsecureSkipTLSVerify: true, // the test server's certificate is self-signed
+				GroupPriorityMinimum:  1000,
+				VersionPriority:       15,
+			},
+		},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %T: %w", o, err)
+		}
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-errCh:
+			return false, fmt.Errorf("sandbox-apiserver exited: %v", err)
+		default:
+		}
+		svc := &apiregistrationv1.APIService{}
+		if err := c.Get(ctx, client.ObjectKey{Name: "v1alpha1.sandbox.kube-sandbox.io"}, svc); err != nil {
+			return false, nil
+		}
+		for _, cond := range svc.Status.Conditions {
+			if cond.Type == apiregistrationv1.Available && cond.Status == apiregistrationv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// StartController runs sandbox-controller in this process.
+func StartController(ctx context.Context, cp *ControlPlane) error {
+	kubeconfig := filepath.Join(cp.Dir, "sandbox-controller.kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig, AdminToken); err != nil {
+		return err
+	}
+	cmd := manager.NewCommand(ctx)
+	cmd.SetArgs([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--leader-elect=false",
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=0",
+		"--execd-image=kube-sandbox.local/kube-sandbox:test",
+	})
+	go func() { _ = cmd.Execute() }()
+	return nil
+}
+
+func int32Ptr(i int32) *int32 { return &i }

@@ -1,0 +1,304 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+)
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "it-"}}
+	if err := kube.Create(context.Background(), ns); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	// No kube-controller-manager runs here to make the default ServiceAccount pods need.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns.Name}}
+	if err := kube.Create(context.Background(), sa); err != nil {
+		t.Fatalf("create service account: %v", err)
+	}
+	return ns.Name
+}
+
+func sandbox(name string) *sandboxv1alpha1.Sandbox {
+	return &sandboxv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"team": "a"}},
+		Spec: sandboxv1alpha1.SandboxSpec{
+			Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "sandbox", Image: "python:3.11"}},
+			}},
+			Entrypoint: []string{"python3", "-m", "http.server"},
+			Env:        []corev1.EnvVar{{Name: "GREETING", Value: "hi"}},
+		},
+	}
+}
+
+func TestSandboxCreateGetListDelete(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	api := sandboxes.SandboxV1alpha1().Sandboxes(ns)
+
+	created, err := api.Create(ctx, sandbox("demo"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if created.UID == "" || created.ResourceVersion == "" || created.CreationTimestamp.IsZero() {
+		t.Errorf("created sandbox lacks system metadata: %+v", created.ObjectMeta)
+	}
+	if got := ptr.Deref(created.Spec.Replicas, 0); got != 1 {
+		t.Errorf("replicas defaulted to %d, want 1", got)
+	}
+
+	// The apiserver stores nothing: the sandbox is a BatchSandbox of the same name and UID.
+	bs := &controlv1alpha1.BatchSandbox{}
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: "demo"}, bs); err != nil {
+		t.Fatalf("get backing BatchSandbox: %v", err)
+	}
+	if bs.UID != created.UID {
+		t.Errorf("BatchSandbox UID %s, sandbox UID %s", bs.UID, created.UID)
+	}
+	wantSpec := controlv1alpha1.BatchSandboxSpec{
+		Replicas:   ptr.To[int32](1),
+		Template:   sandbox("demo").Spec.Template,
+		Entrypoint: []string{"python3", "-m", "http.server"},
+		Env:        []corev1.EnvVar{{Name: "GREETING", Value: "hi"}},
+	}
+	if diff := cmp.Diff(wantSpec, bs.Spec); diff != "" {
+		t.Errorf("BatchSandbox spec (-want +got):\n%s", diff)
+	}
+
+	got, err := api.Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if got.UID != created.UID || got.Labels["team"] != "a" {
+		t.Errorf("get returned %+v", got.ObjectMeta)
+	}
+
+	if _, err := api.Create(ctx, sandbox("other"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create other: %v", err)
+	}
+	list, err := api.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if names := itemNames(list.Items); !cmp.Equal(names, []string{"demo", "other"}) {
+		t.Errorf("list = %v, want [demo other]", names)
+	}
+	list, err = api.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=other"})
+	if err != nil {
+		t.Fatalf("list with field selector: %v", err)
+	}
+	if names := itemNames(list.Items); !cmp.Equal(names, []string{"other"}) {
+		t.Errorf("field-selected list = %v, want [other]", names)
+	}
+	list, err = api.List(ctx, metav1.ListOptions{LabelSelector: "team=b"})
+	if err != nil {
+		t.Fatalf("list with label selector: %v", err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("label selector team=b matched %v", itemNames(list.Items))
+	}
+
+	// Creating it twice is a conflict named in terms of sandboxes.
+	_, err = api.Create(ctx, sandbox("demo"), metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) || !strings.Contains(err.Error(), "sandboxes.sandbox.kube-sandbox.io") {
+		t.Errorf("second create: got %v, want AlreadyExists for sandboxes", err)
+	}
+
+	if err := api.Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	err = kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: "demo"}, &controlv1alpha1.BatchSandbox{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("BatchSandbox after delete: got %v, want NotFound", err)
+	}
+	if _, err := api.Get(ctx, "demo", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("get after delete: got %v, want NotFound", err)
+	}
+	if err := api.Delete(ctx, "demo", metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("second delete: got %v, want NotFound", err)
+	}
+}
+
+func TestSandboxDryRunCreatesNothing(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	out, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Create(ctx, sandbox("dry"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatalf("dry-run create: %v", err)
+	}
+	if out.Name != "dry" {
+		t.Errorf("dry-run returned %q", out.Name)
+	}
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: "dry"}, &controlv1alpha1.BatchSandbox{}); !apierrors.IsNotFound(err) {
+		t.Errorf("dry-run left a BatchSandbox: %v", err)
+	}
+}
+
+func TestSandboxValidation(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tests := []struct {
+		name      string
+		mutate    func(*sandboxv1alpha1.Sandbox)
+		wantField string
+	}{
+		{"name not a DNS label", func(s *sandboxv1alpha1.Sandbox) { s.Name = "Bad_Name" }, "metadata.name"},
+		{"no template", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Template = nil }, "spec.template"},
+		{"no containers", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Template.Spec.Containers = nil }, "spec.template.spec.containers"},
+		{"no image", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Template.Spec.Containers[0].Image = "" }, "spec.template.spec.containers[0].image"},
+		{"negative replicas", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Replicas = ptr.To[int32](-1) }, "spec.replicas"},
+		{"bad env name", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Env = []corev1.EnvVar{{Name: "1=x"}} }, "spec.env[0].name"},
+		{"reserved env name", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Env = []corev1.EnvVar{{Name: controlv1alpha1.ExecdTokenEnv}} }, "spec.env[0].name"},
+		{"empty entrypoint", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Entrypoint = []string{""} }, "spec.entrypoint[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := sandbox("invalid")
+			tt.mutate(s)
+			_, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Create(ctx, s, metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("got %v, want 422 Invalid", err)
+			}
+			status := err.(apierrors.APIStatus).Status()
+			if status.Code != 422 || status.Details == nil || status.Details.Kind != "Sandbox" {
+				t.Errorf("status = %+v", status)
+			}
+			var fields []string
+			for _, c := range status.Details.Causes {
+				fields = append(fields, c.Field)
+			}
+			if !contains(fields, tt.wantField) {
+				t.Errorf("causes name fields %v, want %s", fields, tt.wantField)
+			}
+		})
+	}
+	list := &controlv1alpha1.BatchSandboxList{}
+	if err := kube.List(ctx, list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("invalid sandboxes left %d BatchSandboxes behind", len(list.Items))
+	}
+}
+
+func TestControllerCreatesPodAndToken(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	if _, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Create(ctx, sandbox("pods"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	pod := &corev1.Pod{}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pods-0"}, pod) == nil, nil
+	}); err != nil {
+		t.Fatalf("pod pods-0 never appeared: %v", err)
+	}
+	if got := pod.Labels[controlv1alpha1.LabelBatchSandbox]; got != "pods" {
+		t.Errorf("pod label %s=%q", controlv1alpha1.LabelBatchSandbox, got)
+	}
+	if len(pod.Spec.InitContainers) == 0 || pod.Spec.InitContainers[0].Name != controlv1alpha1.ExecdInitContainerName {
+		t.Errorf("no execd installer: %+v", pod.Spec.InitContainers)
+	}
+	wantCmd := []string{controlv1alpha1.ExecdBinary, "serve", "--", "python3", "-m", "http.server"}
+	if diff := cmp.Diff(wantCmd, pod.Spec.Containers[0].Command); diff != "" {
+		t.Errorf("sandbox container command (-want +got):\n%s", diff)
+	}
+	if ptr.Deref(pod.Spec.AutomountServiceAccountToken, true) {
+		t.Error("sandbox pods must not get API credentials by default")
+	}
+	secret := &corev1.Secret{}
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlv1alpha1.TokenSecretName("pods")}, secret); err != nil {
+		t.Fatalf("token secret: %v", err)
+	}
+	if len(secret.Data[controlv1alpha1.ExecdTokenKey]) < 32 {
+		t.Errorf("token too short: %d bytes", len(secret.Data[controlv1alpha1.ExecdTokenKey]))
+	}
+
+	// The status names the pod; without a kubelet it stays Pending.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		s, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Get(ctx, "pods", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return s.Status.Phase == sandboxv1alpha1.PhasePending && len(s.Status.Pods) == 1 && s.Status.Pods[0].Name == "pods-0", nil
+	}); err != nil {
+		s, _ := sandboxes.SandboxV1alpha1().Sandboxes(ns).Get(ctx, "pods", metav1.GetOptions{})
+		t.Fatalf("status never showed the pending pod: %v; status %+v", err, s.Status)
+	}
+}
+
+func TestSandboxRBAC(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	other := newNamespace(t)
+	alice := sandboxClientFor(t, "alice-token")
+
+	if _, err := alice.SandboxV1alpha1().Sandboxes(ns).Create(ctx, sandbox("a"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("alice without rights: got %v, want Forbidden", err)
+	}
+	grant(t, ns, "alice", []string{"sandboxes"}, []string{"get", "list", "watch", "create", "delete"})
+	if _, err := alice.SandboxV1alpha1().Sandboxes(ns).Create(ctx, sandbox("a"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("alice with sandbox rights: %v", err)
+	}
+	if _, err := alice.SandboxV1alpha1().Sandboxes(other).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("alice in another namespace: got %v, want Forbidden", err)
+	}
+	// Alice needs no rights on the backing CRD: the apiserver writes it as itself.
+	if err := alice.SandboxV1alpha1().Sandboxes(ns).Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("alice delete: %v", err)
+	}
+}
+
+func grant(t *testing.T, ns, user string, resources, verbs []string) {
+	t.Helper()
+	ctx := context.Background()
+	name := user + "-" + strings.ReplaceAll(strings.Join(resources, "-"), "/", "-")
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{sandboxv1alpha1.GroupName}, Resources: resources, Verbs: verbs}},
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	for _, o := range []client.Object{role, binding} {
+		if err := kube.Create(ctx, o); err != nil {
+			t.Fatalf("create %T: %v", o, err)
+		}
+	}
+	// RBAC is read from an informer in the kube-apiserver; give it a moment to see the binding.
+	time.Sleep(500 * time.Millisecond)
+}
+
+func itemNames(items []sandboxv1alpha1.Sandbox) []string {
+	var out []string
+	for _, i := range items {
+		out = append(out, i.Name)
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
