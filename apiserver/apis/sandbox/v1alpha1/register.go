@@ -20,7 +20,7 @@ var (
 	// SchemeBuilder registers the types of this group with a scheme.
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 	// AddToScheme adds the types of this group (external version only) to a scheme; clients use it.
-	AddToScheme = SchemeBuilder.AddToScheme
+	AddToScheme         = SchemeBuilder.AddToScheme
 	serverSchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes, addInternalTypes, addConversionFuncs)
 	// AddToServerScheme adds the types as both the external and the internal version; the
 	// apiserver uses it.
