@@ -1,0 +1,247 @@
+// Package create implements `kubectl sandbox create`.
+package create
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
+	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+)
+
+// ContainerName is the name of the one container of a sandbox made by `create`; the server
+// treats the first container of the template as the sandbox container.
+const ContainerName = "sandbox"
+
+// Values of --dry-run, as kubectl's.
+const (
+	dryRunNone   = "none"
+	dryRunClient = "client"
+	dryRunServer = "server"
+)
+
+var (
+	createLong = cmdutil.LongDesc(`
+		Create a sandbox running an image.
+
+		The sandbox gets one pod per replica, each made from a template with a single container
+		named "sandbox" running IMAGE. Arguments after -- become the sandbox's entrypoint,
+		replacing the image's; without them the container only waits for commands sent with
+		'kubectl sandbox exec'.`)
+
+	createExample = cmdutil.Examples(`
+		# Create a sandbox running python that waits for commands
+		kubectl sandbox create my-sandbox --image python:3.13-slim
+
+		# Create a sandbox with two replicas and environment variables
+		kubectl sandbox create workers --image busybox --replicas 2 --env MODE=test --env DEBUG=1
+
+		# Create a sandbox whose container runs an HTTP server
+		kubectl sandbox create web --image python:3.13-slim -- python -m http.server 8080
+
+		# Print the sandbox that would be created, without creating it
+		kubectl sandbox create my-sandbox --image busybox --dry-run=client -o yaml`)
+)
+
+// CreateOptions are the inputs of `kubectl sandbox create`.
+type CreateOptions struct {
+	PrintFlags *genericclioptions.PrintFlags
+	PrintObj   printers.ResourcePrinterFunc
+
+	Name       string
+	Image      string
+	Env        []string
+	Replicas   int32
+	Entrypoint []string
+	DryRun     string
+
+	// replicasSet is whether --replicas was given; without it the server's default applies.
+	replicasSet bool
+	envVars     []corev1.EnvVar
+
+	Namespace string
+	Client    clientset.Interface
+
+	genericiooptions.IOStreams
+}
+
+// NewCreateOptions returns CreateOptions with kubectl's defaults.
+func NewCreateOptions(streams genericiooptions.IOStreams) *CreateOptions {
+	return &CreateOptions{
+		PrintFlags: genericclioptions.NewPrintFlags("created").WithTypeSetter(scheme.Scheme),
+		Replicas:   1,
+		DryRun:     dryRunNone,
+		IOStreams:  streams,
+	}
+}
+
+// NewCmdCreate returns the `create` command.
+func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewCreateOptions(streams)
+	cmd := &cobra.Command{
+		Use:                   "create NAME --image=IMAGE [--env=KEY=VALUE]... [--replicas=N] [-- ENTRYPOINT [ARG...]]",
+		DisableFlagsInUseLine: true,
+		Short:                 "Create a sandbox",
+		Long:                  createLong,
+		Example:               createExample,
+		ValidArgsFunction:     cobra.NoFileCompletions,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f, cmd, args); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	o.PrintFlags.AddFlags(cmd)
+	cmd.Flags().StringVar(&o.Image, "image", o.Image, "The container image the sandbox runs. Required.")
+	cmd.Flags().StringArrayVarP(&o.Env, "env", "e", o.Env, "An environment variable of the sandbox container, KEY=VALUE; repeat for more.")
+	cmd.Flags().Int32Var(&o.Replicas, "replicas", o.Replicas, "Number of sandbox pods.")
+	cmd.Flags().StringVar(&o.DryRun, "dry-run", o.DryRun, `Must be "none", "server", or "client". With "client", only print the object that would be sent; with "server", submit it without persisting it.`)
+	return cmd
+}
+
+// Complete takes the name, entrypoint and namespace from the command line and kubeconfig.
+func (o *CreateOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string) error {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case dash == 0:
+		return cmdutil.UsageErrorf(cmd, "NAME is required before --")
+	case dash > 1:
+		return cmdutil.UsageErrorf(cmd, "create takes one NAME; put the entrypoint after --, as in: create NAME --image=IMAGE -- %s", strings.Join(args[1:], " "))
+	case dash == 1:
+		o.Name, o.Entrypoint = args[0], args[1:]
+	case len(args) == 1:
+		o.Name = args[0]
+	case len(args) == 0:
+		return cmdutil.UsageErrorf(cmd, "NAME is required")
+	default:
+		return cmdutil.UsageErrorf(cmd, "create takes one NAME; put the entrypoint after --, as in: create NAME --image=IMAGE -- %s", strings.Join(args[1:], " "))
+	}
+	o.replicasSet = cmd.Flags().Changed("replicas")
+
+	var err error
+	if o.Namespace, _, err = f.Namespace(); err != nil {
+		return err
+	}
+
+	switch o.DryRun {
+	case dryRunClient:
+		err = o.PrintFlags.Complete("%s (dry run)")
+	case dryRunServer:
+		err = o.PrintFlags.Complete("%s (server dry run)")
+	case dryRunNone:
+		err = o.PrintFlags.Complete("%s")
+	default:
+		return cmdutil.UsageErrorf(cmd, `invalid --dry-run %q: must be "none", "server", or "client"`, o.DryRun)
+	}
+	if err != nil {
+		return err
+	}
+	printer, err := o.PrintFlags.ToPrinter()
+	if err != nil {
+		return err
+	}
+	o.PrintObj = printer.PrintObj
+
+	if o.DryRun != dryRunClient {
+		if o.Client, err = f.SandboxClient(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate checks the flags before anything is sent, so mistakes get a message that names the
+// flag rather than a field path from the server.
+func (o *CreateOptions) Validate() error {
+	if errs := validation.IsDNS1123Subdomain(o.Name); len(errs) > 0 {
+		return fmt.Errorf("invalid sandbox name %q: %s", o.Name, strings.Join(errs, "; "))
+	}
+	if strings.TrimSpace(o.Image) == "" {
+		return fmt.Errorf("--image is required")
+	}
+	if o.replicasSet && o.Replicas < 1 {
+		return fmt.Errorf("--replicas must be at least 1, got %d", o.Replicas)
+	}
+	env, err := ParseEnv(o.Env)
+	if err != nil {
+		return err
+	}
+	o.envVars = env
+	return nil
+}
+
+// ParseEnv turns KEY=VALUE flags into environment variables, in order. VALUE may be empty and
+// may contain '='; KEY must be a valid environment variable name and appear once.
+func ParseEnv(flags []string) ([]corev1.EnvVar, error) {
+	var env []corev1.EnvVar
+	seen := map[string]bool{}
+	for _, kv := range flags {
+		key, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("invalid --env %q: must be KEY=VALUE", kv)
+		}
+		if errs := validation.IsEnvVarName(key); len(errs) > 0 {
+			return nil, fmt.Errorf("invalid --env %q: %q is not a valid variable name: %s", kv, key, strings.Join(errs, "; "))
+		}
+		if seen[key] {
+			return nil, fmt.Errorf("invalid --env %q: %s is set more than once", kv, key)
+		}
+		seen[key] = true
+		env = append(env, corev1.EnvVar{Name: key, Value: value})
+	}
+	return env, nil
+}
+
+// Sandbox is the object the validated options describe.
+func (o *CreateOptions) Sandbox() *sandboxv1alpha1.Sandbox {
+	sb := &sandboxv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+		Spec: sandboxv1alpha1.SandboxSpec{
+			Template: &corev1.PodTemplateSpec{
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{Name: ContainerName, Image: o.Image}},
+				},
+			},
+			Entrypoint: o.Entrypoint,
+			Env:        o.envVars,
+		},
+	}
+	if o.replicasSet {
+		replicas := o.Replicas
+		sb.Spec.Replicas = &replicas
+	}
+	return sb
+}
+
+// Run creates the sandbox (unless --dry-run=client) and prints the result.
+func (o *CreateOptions) Run(ctx context.Context) error {
+	sb := o.Sandbox()
+	if o.DryRun == dryRunClient {
+		return o.PrintObj(sb, o.Out)
+	}
+	opts := metav1.CreateOptions{}
+	if o.DryRun == dryRunServer {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	created, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Create(ctx, sb, opts)
+	if err != nil {
+		return err
+	}
+	return o.PrintObj(created, o.Out)
+}

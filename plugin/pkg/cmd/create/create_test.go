@@ -1,0 +1,219 @@
+package create
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
+	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+)
+
+func template(image string) *corev1.PodTemplateSpec {
+	return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "sandbox", Image: image}},
+	}}
+}
+
+func TestCreate(t *testing.T) {
+	existing := &sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "taken", Namespace: cmdtesting.Namespace}}
+
+	tests := []struct {
+		name    string
+		args    []string
+		objects []*sandboxv1alpha1.Sandbox
+		// want is the stored sandbox, nil when nothing may be created.
+		want    *sandboxv1alpha1.Sandbox
+		wantOut string
+		// wantErr is the message main would print.
+		wantErr string
+	}{
+		{
+			name: "image only leaves replicas to the server",
+			args: []string{"s1", "--image", "busybox"},
+			want: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "s1", Namespace: cmdtesting.Namespace},
+				Spec:       sandboxv1alpha1.SandboxSpec{Template: template("busybox")},
+			},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/s1 created\n",
+		},
+		{
+			name: "env, replicas and entrypoint",
+			args: []string{"s2", "--image=python:3.13-slim", "--env", "A=1", "-e", "B=x=y", "--env=C=", "--replicas", "3",
+				"--", "python", "-m", "http.server", "--bind", "0.0.0.0"},
+			want: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "s2", Namespace: cmdtesting.Namespace},
+				Spec: sandboxv1alpha1.SandboxSpec{
+					Replicas:   ptr.To[int32](3),
+					Template:   template("python:3.13-slim"),
+					Entrypoint: []string{"python", "-m", "http.server", "--bind", "0.0.0.0"},
+					Env: []corev1.EnvVar{
+						{Name: "A", Value: "1"},
+						{Name: "B", Value: "x=y"},
+						{Name: "C", Value: ""},
+					},
+				},
+			},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/s2 created\n",
+		},
+		{
+			name:    "output name after server dry run",
+			args:    []string{"s3", "--image", "busybox", "--dry-run=server", "-o", "name"},
+			want:    nil, // the fake does not honor dry run, so only the output is checked
+			wantOut: "sandbox.sandbox.kube-sandbox.io/s3\n",
+		},
+		{
+			name:    "client dry run creates nothing",
+			args:    []string{"s4", "--image", "busybox", "--dry-run=client"},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/s4 created (dry run)\n",
+		},
+		{
+			name:    "missing image",
+			args:    []string{"s5"},
+			wantErr: "error: --image is required",
+		},
+		{
+			name:    "blank image",
+			args:    []string{"s5", "--image", " "},
+			wantErr: "error: --image is required",
+		},
+		{
+			name:    "env without equals",
+			args:    []string{"s6", "--image", "busybox", "--env", "FOO"},
+			wantErr: `error: invalid --env "FOO": must be KEY=VALUE`,
+		},
+		{
+			name:    "env with empty name",
+			args:    []string{"s6", "--image", "busybox", "--env", "=bar"},
+			wantErr: `error: invalid --env "=bar": "" is not a valid variable name`,
+		},
+		{
+			name:    "env name starting with a digit",
+			args:    []string{"s6", "--image", "busybox", "--env", "1FOO=bar"},
+			wantErr: `error: invalid --env "1FOO=bar": "1FOO" is not a valid variable name`,
+		},
+		{
+			name:    "env set twice",
+			args:    []string{"s6", "--image", "busybox", "--env", "A=1", "--env", "A=2"},
+			wantErr: `error: invalid --env "A=2": A is set more than once`,
+		},
+		{
+			name:    "zero replicas",
+			args:    []string{"s7", "--image", "busybox", "--replicas", "0"},
+			wantErr: "error: --replicas must be at least 1, got 0",
+		},
+		{
+			name:    "no name",
+			args:    []string{"--image", "busybox"},
+			wantErr: "error: NAME is required\nSee 'create -h' for help and examples",
+		},
+		{
+			name:    "entrypoint without --",
+			args:    []string{"s8", "sleep", "1", "--image", "busybox"},
+			wantErr: "error: create takes one NAME; put the entrypoint after --, as in: create NAME --image=IMAGE -- sleep 1\nSee 'create -h' for help and examples",
+		},
+		{
+			name:    "invalid name",
+			args:    []string{"Bad_Name", "--image", "busybox"},
+			wantErr: `error: invalid sandbox name "Bad_Name"`,
+		},
+		{
+			name:    "bad dry-run value",
+			args:    []string{"s9", "--image", "busybox", "--dry-run=maybe"},
+			wantErr: `error: invalid --dry-run "maybe"`,
+		},
+		{
+			name:    "already exists",
+			args:    []string{"taken", "--image", "busybox"},
+			objects: []*sandboxv1alpha1.Sandbox{existing},
+			wantErr: `Error from server (AlreadyExists): sandboxes.sandbox.kube-sandbox.io "taken" already exists`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := cmdtesting.NewTestFactory(tt.objects...)
+			streams, _, out, _ := genericiooptions.NewTestIOStreams()
+			cmd := NewCmdCreate(f, streams)
+			cmd.SilenceErrors, cmd.SilenceUsage = true, true
+			cmd.SetArgs(tt.args)
+			err := cmd.ExecuteContext(context.Background())
+
+			if tt.wantErr != "" {
+				if err == nil {
+					t.Fatalf("no error, want %q", tt.wantErr)
+				}
+				var msg bytes.Buffer
+				cmdutil.PrintError(&msg, err)
+				if !strings.HasPrefix(msg.String(), tt.wantErr) {
+					t.Errorf("error:\n%s\nwant prefix:\n%s", msg.String(), tt.wantErr)
+				}
+				for _, a := range f.Clientset.Actions() {
+					if a.GetVerb() == "create" && len(tt.objects) == 0 {
+						t.Errorf("a sandbox was created despite the error: %v", a)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if got := out.String(); got != tt.wantOut {
+				t.Errorf("output %q, want %q", got, tt.wantOut)
+			}
+			stored, getErr := f.Clientset.Tracker().Get(cmdtesting.SandboxesResource, cmdtesting.Namespace, cmd.Flags().Arg(0))
+			if tt.want == nil {
+				if strings.Contains(strings.Join(tt.args, " "), "--dry-run=client") && getErr == nil {
+					t.Errorf("client dry run created %v", stored)
+				}
+				return
+			}
+			if getErr != nil {
+				t.Fatalf("sandbox not created: %v", getErr)
+			}
+			if diff := cmp.Diff(tt.want, stored); diff != "" {
+				t.Errorf("created sandbox (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseEnv(t *testing.T) {
+	tests := []struct {
+		name    string
+		flags   []string
+		want    []corev1.EnvVar
+		wantErr string
+	}{
+		{name: "none", flags: nil, want: nil},
+		{name: "keeps order and '=' in values", flags: []string{"Z=1", "A=b=c", "_x.y-z="},
+			want: []corev1.EnvVar{{Name: "Z", Value: "1"}, {Name: "A", Value: "b=c"}, {Name: "_x.y-z"}}},
+		{name: "no equals", flags: []string{"A"}, wantErr: `invalid --env "A": must be KEY=VALUE`},
+		{name: "space in name", flags: []string{"A B=1"}, wantErr: `"A B" is not a valid variable name`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseEnv(tt.flags)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,340 @@
+// Package exec implements `kubectl sandbox exec`.
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/streaming/pkg/httpstream"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
+	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
+	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/term"
+)
+
+// defaultReadyTimeout is how long exec waits for the replica to be ready, as kubectl exec waits
+// for a pod to be running: long enough for a sandbox just created from a cold template.
+const defaultReadyTimeout = time.Minute
+
+var (
+	execLong = cmdutil.LongDesc(`
+		Execute a command in a sandbox.
+
+		The command runs in the sandbox container of one replica (the first unless --replica is
+		given), with its standard output and error streamed back. If the sandbox was just
+		created, exec waits for the replica to be ready (see --pod-running-timeout). When the
+		command exits with a non-zero code, kubectl sandbox exits with the same code.`)
+
+	execExample = cmdutil.Examples(`
+		# Run 'date' in sandbox my-sandbox
+		kubectl sandbox exec my-sandbox -- date
+
+		# Open an interactive shell in sandbox my-sandbox
+		kubectl sandbox exec my-sandbox -it -- sh
+
+		# Pipe a script to python in the second replica of sandbox workers
+		kubectl sandbox exec workers --replica 1 -i -- python - < script.py
+
+		# Commands whose flags look like ours must follow -- (do not quote the whole command)
+		kubectl sandbox exec my-sandbox -- ls -t /usr`)
+)
+
+// RemoteExecutor runs a command over a streaming connection to url. It is the seam tests
+// replace; DefaultRemoteExecutor is the real one.
+type RemoteExecutor interface {
+	ExecuteWithContext(ctx context.Context, url *url.URL, config *rest.Config, stdin io.Reader, stdout, stderr io.Writer, tty bool, sizeQueue remotecommand.TerminalSizeQueue) error
+}
+
+// DefaultRemoteExecutor speaks the pods/exec protocol: WebSocket (v5.channel.k8s.io) first,
+// SPDY when the upgrade to WebSocket fails, as kubectl exec does.
+type DefaultRemoteExecutor struct{}
+
+var _ RemoteExecutor = &DefaultRemoteExecutor{}
+
+// ExecuteWithContext implements RemoteExecutor.
+func (*DefaultRemoteExecutor) ExecuteWithContext(ctx context.Context, url *url.URL, config *rest.Config, stdin io.Reader, stdout, stderr io.Writer, tty bool, sizeQueue remotecommand.TerminalSizeQueue) error {
+	executor, err := newExecutor(url, config)
+	if err != nil {
+		return err
+	}
+	return executor.StreamWithContext(ctx, remotecommand.StreamOptions{
+		Stdin:             stdin,
+		Stdout:            stdout,
+		Stderr:            stderr,
+		Tty:               tty,
+		TerminalSizeQueue: sizeQueue,
+	})
+}
+
+func newExecutor(url *url.URL, config *rest.Config) (remotecommand.Executor, error) {
+	spdy, err := remotecommand.NewSPDYExecutor(config, "POST", url)
+	if err != nil {
+		return nil, fmt.Errorf("create SPDY executor: %w", err)
+	}
+	// A WebSocket handshake must be a GET (RFC 6455 section 4.1); the server authorizes it as
+	// create, as for pods/exec.
+	websocket, err := remotecommand.NewWebSocketExecutor(config, "GET", url.String())
+	if err != nil {
+		return nil, fmt.Errorf("create WebSocket executor: %w", err)
+	}
+	return remotecommand.NewFallbackExecutor(websocket, spdy, shouldFallback)
+}
+
+// shouldFallback is kubectl's rule: use SPDY when the server or a proxy on the way refused the
+// WebSocket upgrade, or when the proxy is one gorilla/websocket cannot dial through.
+func shouldFallback(err error) bool {
+	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+}
+
+// ExecOptions are the inputs of `kubectl sandbox exec`.
+type ExecOptions struct {
+	Name              string
+	Command           []string
+	Replica           int32
+	Stdin             bool
+	TTY               bool
+	Quiet             bool
+	PodRunningTimeout time.Duration
+
+	Namespace  string
+	Client     clientset.Interface
+	Config     *rest.Config
+	RESTClient rest.Interface
+	Executor   RemoteExecutor
+
+	genericiooptions.IOStreams
+}
+
+// NewExecOptions returns ExecOptions with kubectl's defaults and the real executor.
+func NewExecOptions(streams genericiooptions.IOStreams) *ExecOptions {
+	return &ExecOptions{
+		PodRunningTimeout: defaultReadyTimeout,
+		Executor:          &DefaultRemoteExecutor{},
+		IOStreams:         streams,
+	}
+}
+
+// NewCmdExec returns the `exec` command running commands through executor.
+func NewCmdExec(f cmdutil.Factory, streams genericiooptions.IOStreams, executor RemoteExecutor) *cobra.Command {
+	o := NewExecOptions(streams)
+	if executor != nil {
+		o.Executor = executor
+	}
+	cmd := &cobra.Command{
+		Use:                   "exec NAME [--replica=N] [-i] [-t] -- COMMAND [ARG...]",
+		DisableFlagsInUseLine: true,
+		Short:                 "Execute a command in a sandbox",
+		Long:                  execLong,
+		Example:               execExample,
+		ValidArgsFunction:     cmdutil.SandboxNameCompletion(f, true),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f, cmd, args); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().BoolVarP(&o.Stdin, "stdin", "i", o.Stdin, "Pass stdin to the command.")
+	cmd.Flags().BoolVarP(&o.TTY, "tty", "t", o.TTY, "Run the command in a terminal (needs -i and a terminal as stdin).")
+	cmd.Flags().BoolVarP(&o.Quiet, "quiet", "q", o.Quiet, "Only print output from the remote command.")
+	cmd.Flags().Int32Var(&o.Replica, "replica", o.Replica, "Index of the replica to run the command in.")
+	cmd.Flags().DurationVar(&o.PodRunningTimeout, "pod-running-timeout", o.PodRunningTimeout, "How long to wait for the replica to be ready (like 5s, 2m, or 3h, higher than zero).")
+	return cmd
+}
+
+// Complete takes the name and command from the command line and the clients from the factory.
+func (o *ExecOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string) error {
+	dash := cmd.ArgsLenAtDash()
+	if len(args) > 0 && dash != 0 {
+		o.Name = args[0]
+	}
+	switch {
+	case dash == 0 || dash == 1:
+		o.Command = args[dash:]
+	case dash > 1:
+		return cmdutil.UsageErrorf(cmd, "exec takes one NAME before --, got %q", args[:dash])
+	case len(args) > 1:
+		return cmdutil.UsageErrorf(cmd, "put the command after --, as in: exec %s -- %s", args[0], strings.Join(args[1:], " "))
+	}
+
+	var err error
+	if o.Namespace, _, err = f.Namespace(); err != nil {
+		return err
+	}
+	if o.Config, err = f.ToRESTConfig(); err != nil {
+		return err
+	}
+	if o.Client, err = f.SandboxClient(); err != nil {
+		return err
+	}
+	// The exec URL is built by a REST client of the group from the same configuration, as
+	// kubectl does for pods/exec.
+	typed, err := typedsandbox.NewForConfig(o.Config)
+	if err != nil {
+		return fmt.Errorf("create sandbox REST client: %w", err)
+	}
+	o.RESTClient = typed.RESTClient()
+	return nil
+}
+
+// Validate checks the options.
+func (o *ExecOptions) Validate() error {
+	if o.Name == "" {
+		return errors.New("sandbox NAME is required")
+	}
+	if len(o.Command) == 0 {
+		return errors.New("you must specify at least one command for the sandbox, after --")
+	}
+	if o.Replica < 0 {
+		return fmt.Errorf("--replica must not be negative, got %d", o.Replica)
+	}
+	if o.PodRunningTimeout <= 0 {
+		return fmt.Errorf("--pod-running-timeout must be higher than zero, got %s", o.PodRunningTimeout)
+	}
+	if o.Out == nil || o.ErrOut == nil {
+		return errors.New("both output and error output must be provided")
+	}
+	return nil
+}
+
+// Run waits for the replica to be ready and runs the command in it. A command that exits
+// non-zero comes back as a k8s.io/utils/exec.ExitError carrying its code.
+func (o *ExecOptions) Run(ctx context.Context) error {
+	if err := o.waitForReplica(ctx); err != nil {
+		return err
+	}
+
+	stdin, stdout, stderr := o.In, o.Out, o.ErrOut
+	tty := o.setupTTY()
+	if !o.Stdin {
+		// No stream is opened for stdin unless asked for.
+		stdin = nil
+	}
+	if tty {
+		// A terminal merges the command's stderr into stdout.
+		stderr = nil
+	}
+
+	req := o.RESTClient.Post().
+		Namespace(o.Namespace).
+		Resource("sandboxes").
+		Name(o.Name).
+		SubResource("exec").
+		VersionedParams(&sandboxv1alpha1.SandboxExecOptions{
+			Stdin:   stdin != nil,
+			Stdout:  stdout != nil,
+			Stderr:  stderr != nil,
+			TTY:     tty,
+			Replica: o.Replica,
+			Command: o.Command,
+		}, scheme.ParameterCodec)
+
+	if !tty {
+		return o.Executor.ExecuteWithContext(ctx, req.URL(), o.Config, stdin, stdout, stderr, false, nil)
+	}
+	t := term.TTY{In: o.In, Out: o.Out}
+	sizeCtx, stopSizes := context.WithCancel(ctx)
+	defer stopSizes()
+	sizeQueue := t.MonitorSize(sizeCtx)
+	return t.Safe(func() error {
+		return o.Executor.ExecuteWithContext(ctx, req.URL(), o.Config, stdin, stdout, stderr, true, sizeQueue)
+	})
+}
+
+// setupTTY reports whether the session gets a terminal: only with -i -t and a terminal as
+// stdin, as kubectl exec decides.
+func (o *ExecOptions) setupTTY() bool {
+	if !o.TTY || !o.Stdin {
+		return false
+	}
+	if !term.IsTerminal(o.In) {
+		if !o.Quiet {
+			fmt.Fprintln(o.ErrOut, "Unable to use a TTY - input is not a terminal or the right kind of file")
+		}
+		return false
+	}
+	return true
+}
+
+// waitForReplica returns once the replica can take commands, and fails early, with the reason,
+// if it never will.
+func (o *ExecOptions) waitForReplica(ctx context.Context) error {
+	waitCtx, cancel := context.WithTimeout(ctx, o.PodRunningTimeout)
+	defer cancel()
+	var last *sandboxv1alpha1.Sandbox
+	err := cmdutil.Poll(waitCtx, func(ctx context.Context) (bool, error) {
+		sb, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = sb
+		return ReplicaReady(sb, o.Replica)
+	})
+	if err != nil && waitCtx.Err() != nil && ctx.Err() == nil && last != nil {
+		return fmt.Errorf("sandbox %q replica %d is not ready after %s: %s", o.Name, o.Replica, o.PodRunningTimeout, describeNotReady(last))
+	}
+	return err
+}
+
+// ReplicaReady reports whether replica of sb can run commands, and an error if it cannot
+// become ready: the sandbox failed, is going away, or has no such replica.
+func ReplicaReady(sb *sandboxv1alpha1.Sandbox, replica int32) (bool, error) {
+	if sb.DeletionTimestamp != nil || sb.Status.Phase == sandboxv1alpha1.PhaseTerminating {
+		return false, fmt.Errorf("cannot exec into sandbox %q: it is being deleted", sb.Name)
+	}
+	replicas := int32(1)
+	if sb.Spec.Replicas != nil {
+		replicas = *sb.Spec.Replicas
+	}
+	if replica >= replicas {
+		return false, fmt.Errorf("sandbox %q has %d replica(s); --replica must be between 0 and %d", sb.Name, replicas, replicas-1)
+	}
+	for _, p := range sb.Status.Pods {
+		if p.Replica == replica {
+			if p.Ready {
+				return true, nil
+			}
+			break
+		}
+	}
+	if sb.Status.Phase == sandboxv1alpha1.PhaseFailed {
+		return false, fmt.Errorf("cannot exec into sandbox %q: %s", sb.Name, describeNotReady(sb))
+	}
+	// A running sandbox whose status does not list its pods is trusted as a whole.
+	return sb.Status.Phase == sandboxv1alpha1.PhaseRunning && len(sb.Status.Pods) == 0, nil
+}
+
+// describeNotReady is the phase and, if there is one, the Ready condition's reason and message.
+func describeNotReady(sb *sandboxv1alpha1.Sandbox) string {
+	phase := string(sb.Status.Phase)
+	if phase == "" {
+		phase = "unknown"
+	}
+	s := "phase " + phase
+	for _, c := range sb.Status.Conditions {
+		if c.Type == "Ready" && c.Status != metav1.ConditionTrue {
+			s += fmt.Sprintf(", %s", c.Reason)
+			if c.Message != "" {
+				s += ": " + c.Message
+			}
+		}
+	}
+	return s
+}

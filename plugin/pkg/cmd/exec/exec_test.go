@@ -1,0 +1,327 @@
+package exec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/utils/exec"
+	"k8s.io/utils/ptr"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
+	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+)
+
+// fakeExecutor records what the command asked for instead of connecting.
+type fakeExecutor struct {
+	called bool
+	url    *url.URL
+	config *rest.Config
+	stdin  io.Reader
+	stderr io.Writer
+	tty    bool
+	err    error
+}
+
+func (e *fakeExecutor) ExecuteWithContext(_ context.Context, u *url.URL, config *rest.Config, stdin io.Reader, stdout, stderr io.Writer, tty bool, _ remotecommand.TerminalSizeQueue) error {
+	e.called = true
+	e.url, e.config, e.stdin, e.stderr, e.tty = u, config, stdin, stderr, tty
+	if stdout != nil {
+		_, _ = io.WriteString(stdout, "remote output\n")
+	}
+	return e.err
+}
+
+func sandbox(name string, replicas int32, phase sandboxv1alpha1.SandboxPhase, readyReplicas ...int32) *sandboxv1alpha1.Sandbox {
+	sb := &sandboxv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cmdtesting.Namespace},
+		Spec:       sandboxv1alpha1.SandboxSpec{Replicas: ptr.To(replicas)},
+		Status:     sandboxv1alpha1.SandboxStatus{Phase: phase, Replicas: replicas},
+	}
+	for r := range replicas {
+		ready := false
+		for _, rr := range readyReplicas {
+			ready = ready || rr == r
+		}
+		sb.Status.Pods = append(sb.Status.Pods, sandboxv1alpha1.SandboxPodStatus{Replica: r, Name: name + "-pod", Ready: ready})
+		if ready {
+			sb.Status.Ready++
+		}
+	}
+	return sb
+}
+
+func TestExec(t *testing.T) {
+	running := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning, 0)
+	two := sandbox("two", 2, sandboxv1alpha1.PhaseRunning, 0, 1)
+	failed := sandbox("broken", 1, sandboxv1alpha1.PhaseFailed)
+	failed.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "ImagePullFailed", Message: `image "nope" not found`}}
+
+	tests := []struct {
+		name  string
+		args  []string
+		stdin string
+		// wantQuery is the query of the exec request; the path is always that of the sandbox.
+		wantPath  string
+		wantQuery url.Values
+		wantStdin bool
+		wantTTY   bool
+		execErr   error
+		// wantErr is what main would print, wantCode the exit code it would return.
+		wantErr    string
+		wantCode   int
+		wantErrOut string
+	}{
+		{
+			name:      "command with arguments",
+			args:      []string{"sb", "--", "sh", "-c", "echo hi; exit 0"},
+			wantPath:  "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/test/sandboxes/sb/exec",
+			wantQuery: url.Values{"command": {"sh", "-c", "echo hi; exit 0"}, "stdout": {"true"}, "stderr": {"true"}},
+		},
+		{
+			name:      "stdin and replica",
+			args:      []string{"two", "-i", "--replica", "1", "--", "cat"},
+			stdin:     "data",
+			wantPath:  "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/test/sandboxes/two/exec",
+			wantQuery: url.Values{"command": {"cat"}, "stdin": {"true"}, "stdout": {"true"}, "stderr": {"true"}, "replica": {"1"}},
+			wantStdin: true,
+		},
+		{
+			name:       "tty without a terminal falls back with kubectl's warning",
+			args:       []string{"sb", "-it", "--", "sh"},
+			wantPath:   "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/test/sandboxes/sb/exec",
+			wantQuery:  url.Values{"command": {"sh"}, "stdin": {"true"}, "stdout": {"true"}, "stderr": {"true"}},
+			wantStdin:  true,
+			wantErrOut: "Unable to use a TTY - input is not a terminal or the right kind of file\n",
+		},
+		{
+			name:      "tty without stdin is ignored, as by kubectl",
+			args:      []string{"sb", "-t", "--", "sh"},
+			wantPath:  "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/test/sandboxes/sb/exec",
+			wantQuery: url.Values{"command": {"sh"}, "stdout": {"true"}, "stderr": {"true"}},
+		},
+		{
+			name:      "remote exit code becomes ours",
+			args:      []string{"sb", "--", "false"},
+			wantPath:  "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/test/sandboxes/sb/exec",
+			wantQuery: url.Values{"command": {"false"}, "stdout": {"true"}, "stderr": {"true"}},
+			execErr:   utilexec.CodeExitError{Err: errors.New("command terminated with exit code 3"), Code: 3},
+			wantErr:   "command terminated with exit code 3\n",
+			wantCode:  3,
+		},
+		{
+			name:      "stream error is exit code 1",
+			args:      []string{"sb", "--", "true"},
+			wantPath:  "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/test/sandboxes/sb/exec",
+			wantQuery: url.Values{"command": {"true"}, "stdout": {"true"}, "stderr": {"true"}},
+			execErr:   errors.New("connection reset"),
+			wantErr:   "error: connection reset\n",
+			wantCode:  1,
+		},
+		{
+			name:     "sandbox not found",
+			args:     []string{"nope", "--", "ls"},
+			wantErr:  "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"nope\" not found\n",
+			wantCode: 1,
+		},
+		{
+			name:     "replica out of range",
+			args:     []string{"sb", "--replica", "1", "--", "ls"},
+			wantErr:  "error: sandbox \"sb\" has 1 replica(s); --replica must be between 0 and 0\n",
+			wantCode: 1,
+		},
+		{
+			name:     "failed sandbox says why",
+			args:     []string{"broken", "--", "ls"},
+			wantErr:  "error: cannot exec into sandbox \"broken\": phase Failed, ImagePullFailed: image \"nope\" not found\n",
+			wantCode: 1,
+		},
+		{
+			name:     "no command",
+			args:     []string{"sb"},
+			wantErr:  "error: you must specify at least one command for the sandbox, after --\n",
+			wantCode: 1,
+		},
+		{
+			name:     "command without --",
+			args:     []string{"sb", "ls", "/tmp"},
+			wantErr:  "error: put the command after --, as in: exec sb -- ls /tmp\nSee 'exec -h' for help and examples\n",
+			wantCode: 1,
+		},
+		{
+			name:     "no name",
+			args:     []string{"--", "ls"},
+			wantErr:  "error: sandbox NAME is required\n",
+			wantCode: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := cmdtesting.NewTestFactory(running, two, failed)
+			streams, in, out, errOut := genericiooptions.NewTestIOStreams()
+			in.WriteString(tt.stdin)
+			executor := &fakeExecutor{err: tt.execErr}
+			cmd := NewCmdExec(f, streams, executor)
+			cmd.SilenceErrors, cmd.SilenceUsage = true, true
+			cmd.SetArgs(tt.args)
+			err := cmd.ExecuteContext(context.Background())
+
+			var msg bytes.Buffer
+			code := 0
+			if err != nil {
+				code = cmdutil.PrintError(&msg, err)
+			}
+			if msg.String() != tt.wantErr || code != tt.wantCode {
+				t.Errorf("printed %q with exit code %d, want %q with %d", msg.String(), code, tt.wantErr, tt.wantCode)
+			}
+			if got := errOut.String(); got != tt.wantErrOut {
+				t.Errorf("stderr %q, want %q", got, tt.wantErrOut)
+			}
+			if tt.wantPath == "" {
+				if executor.called {
+					t.Errorf("executor called with %s, want no call", executor.url)
+				}
+				return
+			}
+			if !executor.called {
+				t.Fatalf("executor not called")
+			}
+			if executor.url.Host != "sandbox-api.test:6443" || executor.config.Host != cmdtesting.Host {
+				t.Errorf("request to %s with config host %s, want the factory's server", executor.url, executor.config.Host)
+			}
+			if executor.url.Path != tt.wantPath {
+				t.Errorf("path %q, want %q", executor.url.Path, tt.wantPath)
+			}
+			if diff := cmp.Diff(tt.wantQuery, executor.url.Query()); diff != "" {
+				t.Errorf("query (-want +got):\n%s", diff)
+			}
+			if (executor.stdin != nil) != tt.wantStdin {
+				t.Errorf("stdin passed: %v, want %v", executor.stdin != nil, tt.wantStdin)
+			}
+			if executor.tty != tt.wantTTY {
+				t.Errorf("tty %v, want %v", executor.tty, tt.wantTTY)
+			}
+			if executor.stderr == nil {
+				t.Errorf("stderr not passed without a terminal")
+			}
+			if got := out.String(); got != "remote output\n" {
+				t.Errorf("stdout %q, want the remote output", got)
+			}
+		})
+	}
+}
+
+// TestExecWaitsForReplica checks that exec right after create waits for the replica, and
+// gives up with the reason when it does not get ready in time.
+func TestExecWaitsForReplica(t *testing.T) {
+	tests := []struct {
+		name string
+		// readyAfter is how many GETs see the sandbox pending; -1 for never.
+		readyAfter int
+		timeout    string
+		wantErr    string
+		wantGets   int
+	}{
+		{name: "ready at once", readyAfter: 0, timeout: "5s", wantGets: 1},
+		{name: "ready after two pending reads", readyAfter: 2, timeout: "5s", wantGets: 3},
+		{name: "never ready", readyAfter: -1, timeout: "300ms",
+			wantErr: `sandbox "sb" replica 0 is not ready after 300ms: phase Pending, PoolExhausted: no idle pod in pool "small"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pending := sandbox("sb", 1, sandboxv1alpha1.PhasePending)
+			pending.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "PoolExhausted", Message: `no idle pod in pool "small"`}}
+			ready := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning, 0)
+			f := cmdtesting.NewTestFactory()
+			gets := 0
+			f.Clientset.PrependReactor("get", "sandboxes", func(clienttesting.Action) (bool, runtime.Object, error) {
+				gets++
+				if tt.readyAfter < 0 || gets <= tt.readyAfter {
+					return true, pending.DeepCopy(), nil
+				}
+				return true, ready.DeepCopy(), nil
+			})
+			streams, _, _, _ := genericiooptions.NewTestIOStreams()
+			executor := &fakeExecutor{}
+			cmd := NewCmdExec(f, streams, executor)
+			cmd.SilenceErrors, cmd.SilenceUsage = true, true
+			cmd.SetArgs([]string{"sb", "--pod-running-timeout", tt.timeout, "--", "ls"})
+			start := time.Now()
+			err := cmd.ExecuteContext(context.Background())
+
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				if executor.called {
+					t.Errorf("executor called for a replica that is not ready")
+				}
+				if elapsed := time.Since(start); elapsed > 3*time.Second {
+					t.Errorf("gave up after %s, want about %s", elapsed, tt.timeout)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if !executor.called {
+				t.Errorf("executor not called")
+			}
+			if gets != tt.wantGets {
+				t.Errorf("%d GETs, want %d", gets, tt.wantGets)
+			}
+		})
+	}
+}
+
+func TestReplicaReady(t *testing.T) {
+	deleting := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning, 0)
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	noPods := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning)
+	noPods.Status.Pods = nil
+	defaulted := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning, 0)
+	defaulted.Spec.Replicas = nil
+
+	tests := []struct {
+		name    string
+		sb      *sandboxv1alpha1.Sandbox
+		replica int32
+		want    bool
+		wantErr string
+	}{
+		{name: "ready replica", sb: sandbox("sb", 2, sandboxv1alpha1.PhasePending, 1), replica: 1, want: true},
+		{name: "other replica not ready", sb: sandbox("sb", 2, sandboxv1alpha1.PhasePending, 1), replica: 0, want: false},
+		{name: "running without pod list", sb: noPods, want: true},
+		{name: "replicas default to one", sb: defaulted, replica: 1, wantErr: "has 1 replica(s)"},
+		{name: "being deleted", sb: deleting, wantErr: "it is being deleted"},
+		{name: "failed", sb: sandbox("sb", 1, sandboxv1alpha1.PhaseFailed), wantErr: "phase Failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ReplicaReady(tt.sb, tt.replica)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("ReplicaReady = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}

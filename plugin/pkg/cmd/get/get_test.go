@@ -1,0 +1,215 @@
+package get
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
+	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+)
+
+var now = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+func testSandboxes() []*sandboxv1alpha1.Sandbox {
+	return []*sandboxv1alpha1.Sandbox{
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: cmdtesting.Namespace, Labels: map[string]string{"team": "ml"},
+				CreationTimestamp: metav1.NewTime(now.Add(-5 * time.Minute))},
+			Spec: sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](2)},
+			Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, Replicas: 2, Ready: 2, Pods: []sandboxv1alpha1.SandboxPodStatus{
+				// Out of order: the table lists them by replica.
+				{Replica: 1, Name: "alpha-b", IP: "10.0.0.8", Ready: true},
+				{Replica: 0, Name: "alpha-a", IP: "10.0.0.7", Ready: true},
+			}},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: "beta", Namespace: cmdtesting.Namespace,
+				CreationTimestamp: metav1.NewTime(now.Add(-3 * time.Hour))},
+			Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhasePending, Replicas: 1, Pods: []sandboxv1alpha1.SandboxPodStatus{
+				{Replica: 0, Name: "beta-a"},
+			}},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: "gamma", Namespace: "other", CreationTimestamp: metav1.NewTime(now.Add(-49 * time.Hour))},
+		},
+	}
+}
+
+func TestGet(t *testing.T) {
+	tests := []struct {
+		name       string
+		list       bool
+		args       []string
+		wantOut    string
+		wantErrOut string
+		wantErr    string
+	}{
+		{
+			name: "table of the namespace",
+			wantOut: "" +
+				"NAME    PHASE     READY   AGE\n" +
+				"alpha   Running   2/2     5m\n" +
+				"beta    Pending   0/1     3h\n",
+		},
+		{
+			name: "list is get without names",
+			list: true,
+			wantOut: "" +
+				"NAME    PHASE     READY   AGE\n" +
+				"alpha   Running   2/2     5m\n" +
+				"beta    Pending   0/1     3h\n",
+		},
+		{
+			name: "wide adds pods and IPs",
+			args: []string{"-o", "wide"},
+			wantOut: "" +
+				"NAME    PHASE     READY   AGE   POD               IP\n" +
+				"alpha   Running   2/2     5m    alpha-a,alpha-b   10.0.0.7,10.0.0.8\n" +
+				"beta    Pending   0/1     3h    beta-a            <none>\n",
+		},
+		{
+			name: "all namespaces",
+			list: true,
+			args: []string{"-A", "--no-headers"},
+			wantOut: "" +
+				"other   gamma   <unknown>   0/1   2d1h\n" +
+				"test    alpha   Running     2/2   5m\n" +
+				"test    beta    Pending     0/1   3h\n",
+		},
+		{
+			name: "selector and labels",
+			args: []string{"-l", "team=ml", "--show-labels"},
+			wantOut: "" +
+				"NAME    PHASE     READY   AGE   LABELS\n" +
+				"alpha   Running   2/2     5m    team=ml\n",
+		},
+		{
+			name:    "one by name",
+			args:    []string{"beta"},
+			wantOut: "NAME   PHASE     READY   AGE\nbeta   Pending   0/1     3h\n",
+		},
+		{
+			name:    "names",
+			args:    []string{"-o", "name"},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/alpha\nsandbox.sandbox.kube-sandbox.io/beta\n",
+		},
+		{
+			name:    "jsonpath",
+			args:    []string{"alpha", "-o", "jsonpath={.status.pods[*].ip}"},
+			wantOut: "10.0.0.8 10.0.0.7",
+		},
+		{
+			name:       "nothing found",
+			args:       []string{"-l", "team=none"},
+			wantErrOut: "No resources found in test namespace.\n",
+		},
+		{
+			name:    "found and missing names",
+			args:    []string{"alpha", "nope", "-o", "name"},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/alpha\n",
+			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"nope\" not found\n",
+		},
+		{
+			name:    "unknown format",
+			args:    []string{"-o", "xml"},
+			wantErr: "error: unknown output format \"xml\"; use one of: wide, json, yaml, kyaml, name, go-template, go-template-file, template, templatefile, jsonpath, jsonpath-as-json, jsonpath-file\nSee 'get -h' for help and examples\n",
+		},
+		{
+			name:    "name across namespaces",
+			args:    []string{"alpha", "-A"},
+			wantErr: "error: a sandbox cannot be retrieved by name across all namespaces\nSee 'get -h' for help and examples\n",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := cmdtesting.NewTestFactory(testSandboxes()...)
+			streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+			o := NewGetOptions(streams)
+			o.Now = func() time.Time { return now }
+			cmd := newCmdGet(f, o)
+			if tt.list {
+				cmd = newCmdList(f, o)
+			}
+			cmd.SilenceErrors, cmd.SilenceUsage = true, true
+			cmd.SetArgs(tt.args)
+			err := cmd.ExecuteContext(context.Background())
+
+			var msg bytes.Buffer
+			if err != nil {
+				cmdutil.PrintError(&msg, err)
+			}
+			if msg.String() != tt.wantErr {
+				t.Errorf("error %q, want %q", msg.String(), tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.wantOut, out.String()); diff != "" {
+				t.Errorf("output (-want +got):\n%s", diff)
+			}
+			if got := errOut.String(); got != tt.wantErrOut {
+				t.Errorf("stderr %q, want %q", got, tt.wantErrOut)
+			}
+		})
+	}
+}
+
+func TestGetJSON(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		wantKind string
+		wantName []string
+	}{
+		{name: "one sandbox is the object", args: []string{"alpha", "-o", "json"}, wantKind: "Sandbox", wantName: []string{"alpha"}},
+		{name: "a list", args: []string{"-o", "json"}, wantKind: "SandboxList", wantName: []string{"alpha", "beta"}},
+		{name: "two names are a list", args: []string{"beta", "alpha", "-o", "json"}, wantKind: "SandboxList", wantName: []string{"beta", "alpha"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := cmdtesting.NewTestFactory(testSandboxes()...)
+			streams, _, out, _ := genericiooptions.NewTestIOStreams()
+			cmd := NewCmdGet(f, streams)
+			cmd.SilenceErrors, cmd.SilenceUsage = true, true
+			cmd.SetArgs(tt.args)
+			if err := cmd.ExecuteContext(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+
+			var got struct {
+				APIVersion string `json:"apiVersion"`
+				Kind       string `json:"kind"`
+				Metadata   struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+				Items []sandboxv1alpha1.Sandbox `json:"items"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+				t.Fatalf("output is not JSON: %v\n%s", err, out)
+			}
+			if got.APIVersion != "sandbox.kube-sandbox.io/v1alpha1" || got.Kind != tt.wantKind {
+				t.Errorf("apiVersion %q kind %q, want sandbox.kube-sandbox.io/v1alpha1 %s", got.APIVersion, got.Kind, tt.wantKind)
+			}
+			var names []string
+			if got.Kind == "Sandbox" {
+				names = []string{got.Metadata.Name}
+			}
+			for _, item := range got.Items {
+				if item.APIVersion != "sandbox.kube-sandbox.io/v1alpha1" || item.Kind != "Sandbox" {
+					t.Errorf("item %s has apiVersion %q kind %q", item.Name, item.APIVersion, item.Kind)
+				}
+				names = append(names, item.Name)
+			}
+			if diff := cmp.Diff(tt.wantName, names); diff != "" {
+				t.Errorf("names (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
