@@ -210,8 +210,8 @@ func TestExecErrors(t *testing.T) {
 		return out.stdout == "Failed ImagePullFailed", out.stdout
 	})
 	r = run(t, nil, "kubectl", "sandbox", "-n", ns, "exec", "noimage", "--", "true")
-	if r.code == 0 || !strings.Contains(r.stderr, "is not ready") {
-		t.Errorf("exec on a sandbox that is not ready: exit %d stderr %q", r.code, r.stderr)
+	if r.code == 0 || !strings.Contains(r.stderr, "ImagePullFailed") {
+		t.Errorf("exec on a sandbox whose image is missing: exit %d stderr %q, want the reason", r.code, r.stderr)
 	}
 	// Bad input: a typed 422 with the field path, and nothing created.
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
