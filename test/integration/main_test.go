@@ -23,7 +23,16 @@ var (
 	kube client.Client
 	// sandboxes is the typed client of the aggregated API, as the cluster admin.
 	sandboxes sandboxclient.Interface
+	// stopController stops the in-process sandbox-controller; startController starts it again.
+	stopController func()
+	suiteCtx       context.Context
 )
+
+func startController() error {
+	var err error
+	stopController, err = framework.StartController(suiteCtx, cp)
+	return err
+}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -76,7 +85,8 @@ func setUp(ctx context.Context) error {
 	if err := framework.StartSandboxAPIServer(ctx, cp, kube); err != nil {
 		return err
 	}
-	return framework.StartController(ctx, cp)
+	suiteCtx = ctx
+	return startController()
 }
 
 // userConfig is a client config for one of the test users.

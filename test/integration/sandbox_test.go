@@ -122,10 +122,9 @@ func TestSandboxCreateGetListDelete(t *testing.T) {
 	if err := api.Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	err = kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: "demo"}, &controlv1alpha1.BatchSandbox{})
-	if !apierrors.IsNotFound(err) {
-		t.Errorf("BatchSandbox after delete: got %v, want NotFound", err)
-	}
+	// Deletion is graceful: the controller's finalizer holds the BatchSandbox until its pods
+	// are gone (at once here, where no pod is bound to a node).
+	waitGone(t, ns, "demo")
 	if _, err := api.Get(ctx, "demo", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("get after delete: got %v, want NotFound", err)
 	}
@@ -284,6 +283,20 @@ func grant(t *testing.T, ns, user string, resources, verbs []string) {
 	}
 	// RBAC is read from an informer in the kube-apiserver; give it a moment to see the binding.
 	time.Sleep(500 * time.Millisecond)
+}
+
+// waitGone waits until the BatchSandbox behind a sandbox is gone.
+func waitGone(t *testing.T, ns, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &controlv1alpha1.BatchSandbox{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		bs := &controlv1alpha1.BatchSandbox{}
+		_ = kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, bs)
+		t.Fatalf("BatchSandbox %s/%s still there: finalizers %v, deletionTimestamp %v", ns, name, bs.Finalizers, bs.DeletionTimestamp)
+	}
 }
 
 func itemNames(items []sandboxv1alpha1.Sandbox) []string {

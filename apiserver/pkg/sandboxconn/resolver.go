@@ -25,13 +25,19 @@ type Endpoint struct {
 	Token string
 	// Pod is the pod's name, for messages.
 	Pod string
+	// Sandbox is the BatchSandbox as it was read, for auto-renew.
+	Sandbox *controlv1alpha1.BatchSandbox
 }
 
 // URL returns the execd URL for path with the query q; the token travels in the query because
 // the WebSocket-to-SPDY translation of the apiserver library gives us no way to set a header
 // on its upstream request. The hop is direct from this server to the pod, and execd never
 // logs it.
-func (e *Endpoint) URL(path string, q url.Values) *url.URL {
+func (e *Endpoint) URL(path string, query url.Values) *url.URL {
+	q := url.Values{}
+	for k, v := range query {
+		q[k] = append([]string(nil), v...)
+	}
 	q.Set("token", e.Token)
 	return &url.URL{Scheme: "http", Host: e.Host, Path: path, RawQuery: q.Encode()}
 }
@@ -67,7 +73,7 @@ func (r *KubeResolver) Resolve(ctx context.Context, namespace, name string, repl
 	if bs.Spec.Replicas != nil {
 		desired = *bs.Spec.Replicas
 	}
-	if replica >= desired {
+	if replica < 0 || replica >= desired {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("sandbox %q has %d replica(s); replica %d does not exist", name, desired, replica))
 	}
 	notReady := func(why string) error {
@@ -111,9 +117,10 @@ func (r *KubeResolver) Resolve(ctx context.Context, namespace, name string, repl
 		return nil, notReady("its execd token is empty")
 	}
 	return &Endpoint{
-		Host:  net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(controlv1alpha1.ExecdPort)),
-		Token: token,
-		Pod:   pod.Name,
+		Host:    net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(controlv1alpha1.ExecdPort)),
+		Token:   token,
+		Pod:     pod.Name,
+		Sandbox: bs,
 	}, nil
 }
 

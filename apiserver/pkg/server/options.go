@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -18,12 +19,15 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/openapi"
+	sandboxregistry "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/registry/sandbox"
 )
 
 // Options are the flags of sandbox-apiserver.
 type Options struct {
 	RecommendedOptions *genericoptions.RecommendedOptions
 	Logs               *logsapi.LoggingConfiguration
+	// MaxSandboxTimeout bounds spec.timeoutSeconds and renewals.
+	MaxSandboxTimeout time.Duration
 }
 
 // NewOptions returns the defaults. The server stores nothing, so it has no etcd; admission and
@@ -32,6 +36,7 @@ func NewOptions() *Options {
 	o := &Options{
 		RecommendedOptions: genericoptions.NewRecommendedOptions("", Codecs.LegacyCodec(sandboxv1alpha1.SchemeGroupVersion)),
 		Logs:               logsapi.NewLoggingConfiguration(),
+		MaxSandboxTimeout:  24 * time.Hour,
 	}
 	o.RecommendedOptions.Etcd = nil
 	o.RecommendedOptions.Admission = nil
@@ -50,6 +55,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.RecommendedOptions.Features.AddFlags(fss.FlagSet("features"))
 	o.RecommendedOptions.CoreAPI.AddFlags(fss.FlagSet("kube-apiserver"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
+	fss.FlagSet("sandboxes").DurationVar(&o.MaxSandboxTimeout, "max-sandbox-timeout", o.MaxSandboxTimeout,
+		"The longest lifetime a sandbox may ask for (spec.timeoutSeconds), and how far ahead a renewal may move its expiry. 0: no maximum.")
 	return fss
 }
 
@@ -61,6 +68,9 @@ func (o *Options) Complete() error {
 // Validate checks the options.
 func (o *Options) Validate() error {
 	errs := o.RecommendedOptions.Validate()
+	if o.MaxSandboxTimeout != 0 && o.MaxSandboxTimeout < sandboxregistry.MinTimeoutSeconds*time.Second {
+		errs = append(errs, fmt.Errorf("--max-sandbox-timeout must be 0 or at least %ds", sandboxregistry.MinTimeoutSeconds))
+	}
 	if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
 		errs = append(errs, err)
 	}
@@ -89,7 +99,10 @@ func (o *Options) Config() (*Config, error) {
 	}
 	return &Config{
 		GenericConfig: serverConfig,
-		ExtraConfig:   ExtraConfig{BackendConfig: serverConfig.ClientConfig},
+		ExtraConfig: ExtraConfig{
+			BackendConfig: serverConfig.ClientConfig,
+			Limits:        sandboxregistry.Limits{MaxTimeout: o.MaxSandboxTimeout},
+		},
 	}, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
@@ -26,6 +27,8 @@ import (
 type ExtraConfig struct {
 	// BackendConfig reaches the kube-apiserver that stores BatchSandboxes, pods and tokens.
 	BackendConfig *restclient.Config
+	// Limits are the server-side bounds on sandboxes.
+	Limits sandboxregistry.Limits
 }
 
 // Config is the configuration of sandbox-apiserver.
@@ -79,13 +82,20 @@ func (c completedConfig) New() (*SandboxServer, error) {
 		return nil, fmt.Errorf("backend client: %w", err)
 	}
 
+	clk := clock.RealClock{}
+	limits := c.ExtraConfig.Limits
+	sandboxes := sandboxregistry.NewREST(backend, limits, clk)
+	renewer := sandboxregistry.NewRenewer(backend, clk)
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(sandboxv1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
 	apiGroupInfo.VersionedResourcesStorageMap[sandboxv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"sandboxes": sandboxregistry.NewREST(backend),
+		"sandboxes":        sandboxes,
+		"sandboxes/status": sandboxregistry.NewStatusREST(sandboxes),
+		"sandboxes/renew":  sandboxregistry.NewRenewREST(renewer, limits, clk),
 		"sandboxes/exec": &sandboxregistry.ExecREST{
 			Resolver:   &sandboxconn.KubeResolver{Client: backend},
 			Authorizer: c.GenericConfig.Authorization.Authorizer,
 			Transport:  podTransport(),
+			Renewer:    renewer,
 		},
 	}
 	if err := genericServer.InstallAPIGroup(&apiGroupInfo); err != nil {

@@ -91,7 +91,9 @@ func buildPod(bs *controlv1alpha1.BatchSandbox, replica int32, execdImage string
 	}
 	c.Command = append([]string{controlv1alpha1.ExecdBinary, "serve", "--"}, entrypoint...)
 	c.Args = nil
-	c.Env = append(c.Env, bs.Spec.Env...)
+	for i := range bs.Spec.Env {
+		c.Env = append(c.Env, *bs.Spec.Env[i].DeepCopy())
+	}
 	c.Env = append(c.Env, corev1.EnvVar{
 		Name: controlv1alpha1.ExecdTokenEnv,
 		ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -30,6 +32,17 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// ExecdImage is the image whose /usr/local/bin/sandbox-execd the init container copies.
 	ExecdImage string
+	// Clock tells the time for expiry; nil: the real clock.
+	Clock clock.PassiveClock
+	// APIReader reads around the cache, which holds only what carries our labels; nil: Client.
+	APIReader ctrl.Reader
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock.Now()
 }
 
 var _ reconcile.Reconciler = &Reconciler{}
@@ -43,12 +56,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
 	}
 	if bs.DeletionTimestamp != nil {
-		// Pods and the token go with the BatchSandbox through their owner references.
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, r.finalize(ctx, bs)
+	}
+	// Expiry is driven by the deadline itself (RequeueAfter below), never by polling; after a
+	// restart the initial list brings every BatchSandbox here again.
+	var result reconcile.Result
+	if bs.Spec.ExpireTime != nil {
+		left := bs.Spec.ExpireTime.Sub(r.now())
+		if left <= 0 {
+			return reconcile.Result{}, r.expire(ctx, bs)
+		}
+		result.RequeueAfter = left
+	}
+	if !controllerutil.ContainsFinalizer(bs, controlv1alpha1.FinalizerPods) {
+		// A merge patch replaces the whole list: the optimistic lock keeps others' finalizers.
+		patch := ctrl.MergeFromWithOptions(bs.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(bs, controlv1alpha1.FinalizerPods)
+		if err := r.Client.Patch(ctx, bs, patch); err != nil {
+			return reconcile.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
 	}
 	if bs.Spec.Template == nil || len(bs.Spec.Template.Spec.Containers) == 0 {
 		// The CRD refuses this; an object written before that rule existed gets a condition.
-		return reconcile.Result{}, r.updateStatus(ctx, bs, nil, &createFailure{reason: controlv1alpha1.ReasonPodCreateFailed, message: "spec.template has no containers"})
+		return result, r.updateStatus(ctx, bs, nil, &createFailure{reason: controlv1alpha1.ReasonPodCreateFailed, message: "spec.template has no containers"})
 	}
 
 	if err := r.ensureToken(ctx, bs); err != nil {
@@ -63,8 +93,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	byReplica := map[int32]*corev1.Pod{}
 	for i := range pods {
 		p := &pods[i]
-		idx, err := strconv.Atoi(p.Labels[controlv1alpha1.LabelReplica])
-		if err != nil || int32(idx) >= desired {
+		idx, err := strconv.ParseInt(p.Labels[controlv1alpha1.LabelReplica], 10, 32)
+		if err != nil || idx < 0 || int32(idx) >= desired || p.Name != podName(bs, int32(idx)) {
 			// Surplus after a scale-down, or a pod whose label was tampered with.
 			if p.DeletionTimestamp == nil {
 				logger.V(4).Info("deleting surplus pod", "pod", ctrl.ObjectKeyFromObject(p))
@@ -99,7 +129,63 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("create pod for replica %d: %w", i, err)
 		}
 	}
-	return reconcile.Result{}, r.updateStatus(ctx, bs, byReplica, failure)
+	return result, r.updateStatus(ctx, bs, byReplica, failure)
+}
+
+// expire marks the BatchSandbox Expired and deletes it; the finalizer then removes its pods.
+func (r *Reconciler) expire(ctx context.Context, bs *controlv1alpha1.BatchSandbox) error {
+	log.FromContext(ctx).Info("sandbox expired", "expireTime", bs.Spec.ExpireTime)
+	if bs.Status.Phase != controlv1alpha1.PhaseExpired {
+		patch := ctrl.MergeFrom(bs.DeepCopy())
+		bs.Status.Phase = controlv1alpha1.PhaseExpired
+		meta.SetStatusCondition(&bs.Status.Conditions, metav1.Condition{
+			Type: controlv1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: bs.Generation,
+			Reason: controlv1alpha1.ReasonExpired, Message: "expired at " + bs.Spec.ExpireTime.UTC().Format(time.RFC3339),
+		})
+		if err := r.Client.Status().Patch(ctx, bs, patch); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("mark expired: %w", err)
+		}
+		r.Recorder.Eventf(bs, nil, corev1.EventTypeNormal, controlv1alpha1.ReasonExpired, "Delete",
+			"expired at %s", bs.Spec.ExpireTime.UTC().Format(time.RFC3339))
+	}
+	// The precondition makes sure a renewal that raced with this decision wins.
+	err := r.Client.Delete(ctx, bs, ctrl.Preconditions{UID: &bs.UID, ResourceVersion: &bs.ResourceVersion})
+	if apierrors.IsConflict(err) {
+		return nil // changed meanwhile (renewed?): the update brings it back here
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete expired sandbox: %w", err)
+	}
+	return nil
+}
+
+// finalize deletes the pods of a BatchSandbox being deleted and lets it go when they are gone.
+// Pod deletions arrive as events, so it is called again until then.
+func (r *Reconciler) finalize(ctx context.Context, bs *controlv1alpha1.BatchSandbox) error {
+	if !controllerutil.ContainsFinalizer(bs, controlv1alpha1.FinalizerPods) {
+		return nil
+	}
+	pods, err := r.listPods(ctx, bs)
+	if err != nil {
+		return err
+	}
+	for i := range pods {
+		if pods[i].DeletionTimestamp == nil {
+			if err := r.Client.Delete(ctx, &pods[i]); ctrl.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("delete pod: %w", err)
+			}
+		}
+	}
+	if len(pods) > 0 {
+		log.FromContext(ctx).V(4).Info("waiting for pods to go", "pods", len(pods))
+		return nil
+	}
+	patch := ctrl.MergeFromWithOptions(bs.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(bs, controlv1alpha1.FinalizerPods)
+	if err := r.Client.Patch(ctx, bs, patch); ctrl.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove finalizer: %w", err)
+	}
+	return nil
 }
 
 type createFailure struct {
@@ -160,7 +246,25 @@ func (r *Reconciler) ensureToken(ctx context.Context, bs *controlv1alpha1.BatchS
 	if err := controllerutil.SetControllerReference(bs, secret, r.Client.Scheme()); err != nil {
 		return err
 	}
-	if err := r.Client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+	err = r.Client.Create(ctx, secret)
+	if apierrors.IsAlreadyExists(err) {
+		// The cache holds only Secrets labelled as ours: one by that name without the label
+		// is invisible to it. Read it from the API and refuse to use a token we did not make.
+		reader := r.APIReader
+		if reader == nil {
+			reader = r.Client
+		}
+		if err := reader.Get(ctx, ctrl.ObjectKey{Namespace: bs.Namespace, Name: name}, existing); err != nil {
+			return fmt.Errorf("get token secret: %w", err)
+		}
+		if !metav1.IsControlledBy(existing, bs) {
+			r.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, "TokenConflict", "CreateToken",
+				"secret %s exists and does not belong to this sandbox; delete or rename it", name)
+			return fmt.Errorf("secret %s/%s exists and does not belong to this sandbox", bs.Namespace, name)
+		}
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("create token secret: %w", err)
 	}
 	return nil

@@ -17,9 +17,11 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -35,6 +37,9 @@ type Options struct {
 	LeaderElectionNS string
 	ExecdImage       string
 	Kubeconfig       string
+	// InProcessRestart lets a test start the manager again in the same process (controller
+	// names are otherwise checked to be unique per process). No flag sets it.
+	InProcessRestart bool
 }
 
 // NewOptions returns the defaults.
@@ -95,6 +100,7 @@ func (o *Options) Run(ctx context.Context) error {
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "sandbox-controller.control.kube-sandbox.io",
 		LeaderElectionNamespace: o.LeaderElectionNS,
+		Controller:              config.Controller{SkipNameValidation: ptr.To(o.InProcessRestart)},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:    {Label: ownedSelector},
 			&corev1.Secret{}: {Label: ownedSelector},
@@ -105,6 +111,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	if err := (&batchsandbox.Reconciler{
 		Client:     mgr.GetClient(),
+		APIReader:  mgr.GetAPIReader(),
 		Recorder:   mgr.GetEventRecorder("sandbox-controller"),
 		ExecdImage: o.ExecdImage,
 	}).SetupWithManager(mgr); err != nil {

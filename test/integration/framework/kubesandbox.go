@@ -91,6 +91,7 @@ func StartSandboxAPIServer(ctx context.Context, cp *ControlPlane, c client.Clien
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
+		"--max-sandbox-timeout=" + MaxSandboxTimeout.String(),
 		"--v=2",
 	})
 	errCh := make(chan error, 1)
@@ -143,22 +144,34 @@ func StartSandboxAPIServer(ctx context.Context, cp *ControlPlane, c client.Clien
 	})
 }
 
-// StartController runs sandbox-controller in this process.
-func StartController(ctx context.Context, cp *ControlPlane) error {
+// StartController runs sandbox-controller in this process until the returned stop function is
+// called (which waits until it has stopped) or ctx ends.
+func StartController(ctx context.Context, cp *ControlPlane) (stop func(), err error) {
 	kubeconfig := filepath.Join(cp.Dir, "sandbox-controller.kubeconfig")
 	if err := cp.WriteKubeconfig(kubeconfig, AdminToken); err != nil {
-		return err
+		return nil, err
 	}
-	cmd := manager.NewCommand(ctx)
-	cmd.SetArgs([]string{
-		"--kubeconfig=" + kubeconfig,
-		"--leader-elect=false",
-		"--metrics-bind-address=0",
-		"--health-probe-bind-address=0",
-		"--execd-image=kube-sandbox.local/kube-sandbox:test",
-	})
-	go func() { _ = cmd.Execute() }()
-	return nil
+	ctx, cancel := context.WithCancel(ctx)
+	o := manager.NewOptions()
+	o.Kubeconfig = kubeconfig
+	o.LeaderElect = false
+	o.MetricsAddr = "0"
+	o.ProbeAddr = "0"
+	o.ExecdImage = "kube-sandbox.local/kube-sandbox:test"
+	o.InProcessRestart = true
+	if err := o.Validate(); err != nil {
+		cancel()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = o.Run(ctx)
+	}()
+	return func() { cancel(); <-done }, nil
 }
 
 func int32Ptr(i int32) *int32 { return &i }
+
+// MaxSandboxTimeout is the test server's --max-sandbox-timeout.
+const MaxSandboxTimeout = 2 * time.Hour

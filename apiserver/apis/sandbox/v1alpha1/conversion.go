@@ -13,6 +13,17 @@ import (
 // which the apiserver's parameter codec needs. (Encoding the other way needs nothing: it follows
 // the json tags.)
 func addConversionFuncs(scheme *runtime.Scheme) error {
+	// Field selectors sandboxes support: the metadata ones every resource has, and the phase,
+	// as pods do. They are passed on to the BatchSandbox CRD, which declares the same.
+	if err := scheme.AddFieldLabelConversionFunc(SchemeGroupVersion.WithKind("Sandbox"), func(label, value string) (string, string, error) {
+		switch label {
+		case "metadata.name", "metadata.namespace", "status.phase":
+			return label, value, nil
+		}
+		return "", "", fmt.Errorf("field label not supported: %s", label)
+	}); err != nil {
+		return err
+	}
 	return scheme.AddConversionFunc((*url.Values)(nil), (*SandboxExecOptions)(nil),
 		func(a, b interface{}, _ conversion.Scope) error {
 			return ConvertURLValuesToSandboxExecOptions(a.(*url.Values), b.(*SandboxExecOptions))

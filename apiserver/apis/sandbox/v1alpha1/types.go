@@ -17,6 +17,8 @@ const (
 	PhaseFailed SandboxPhase = "Failed"
 	// PhaseTerminating: the sandbox is being deleted.
 	PhaseTerminating SandboxPhase = "Terminating"
+	// PhaseExpired: the sandbox reached its expiry and is being deleted.
+	PhaseExpired SandboxPhase = "Expired"
 )
 
 // SandboxSpec is the desired state of a Sandbox.
@@ -31,14 +33,33 @@ type SandboxSpec struct {
 	// +optional
 	Template *corev1.PodTemplateSpec `json:"template,omitempty"`
 
-	// entrypoint is the command the sandbox container runs, replacing the image's. Without it
-	// the container runs only sandbox-execd and waits for commands.
+	// entrypoint is the command the sandbox container runs under sandbox-execd. Without it, the
+	// container's command and args from the template; without those, execd alone, waiting for
+	// commands. (The image's own ENTRYPOINT is not known here: a template container that sets
+	// args sets command too.)
 	// +optional
 	Entrypoint []string `json:"entrypoint,omitempty"`
 
 	// env is added to the sandbox container's environment.
 	// +optional
 	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// timeoutSeconds is the sandbox's lifetime: it is deleted that long after its creation
+	// unless renewed (see the renew subresource and autoRenew). At least 60; the server may set
+	// a maximum. Absent: the sandbox does not expire. Immutable.
+	// +optional
+	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+
+	// autoRenew keeps the sandbox alive while it is used.
+	// +optional
+	AutoRenew *SandboxAutoRenew `json:"autoRenew,omitempty"`
+}
+
+// SandboxAutoRenew keeps a sandbox alive while it is used.
+type SandboxAutoRenew struct {
+	// extendSeconds: every exec (and files and proxy access) through this API moves the expiry
+	// to at least now + extendSeconds.
+	ExtendSeconds int64 `json:"extendSeconds"`
 }
 
 // SandboxPodStatus is what is known of one replica's pod.
@@ -65,9 +86,13 @@ type SandboxStatus struct {
 	// observedGeneration is the generation the status was computed for.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// phase summarizes the state of the sandbox: Pending, Running, Failed or Terminating.
+	// phase summarizes the state of the sandbox: Pending, Running, Failed, Expired or
+	// Terminating.
 	// +optional
 	Phase SandboxPhase `json:"phase,omitempty"`
+	// expiresAt is when the sandbox will be deleted, unless renewed. Absent: never.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 	// replicas is the number of pods that exist.
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
@@ -107,6 +132,24 @@ type SandboxList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Sandbox `json:"items"`
+}
+
+// SandboxRenewal is the body of a POST to the renew subresource: move the sandbox's expiry
+// to expiresAt, or to now + extendSeconds. Expiry only moves forward: the new expiry is the
+// later of the current one and the requested one, so the same renewal twice changes nothing.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type SandboxRenewal struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// expiresAt is the requested expiry. Exactly one of expiresAt and extendSeconds is set.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// extendSeconds requests an expiry of now + extendSeconds.
+	// +optional
+	ExtendSeconds *int64 `json:"extendSeconds,omitempty"`
 }
 
 // SandboxExecOptions are the query parameters of the exec subresource. They follow

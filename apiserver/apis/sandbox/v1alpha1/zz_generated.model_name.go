@@ -27,6 +27,11 @@ func (in Sandbox) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxAutoRenew) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxAutoRenew"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxExecOptions) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxExecOptions"
 }
@@ -39,6 +44,11 @@ func (in SandboxList) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxPodStatus) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxPodStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxRenewal) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxRenewal"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

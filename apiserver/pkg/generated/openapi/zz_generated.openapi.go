@@ -36,9 +36,11 @@ import (
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
 		v1alpha1.Sandbox{}.OpenAPIModelName():                      schema_apiserver_apis_sandbox_v1alpha1_Sandbox(ref),
+		v1alpha1.SandboxAutoRenew{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxAutoRenew(ref),
 		v1alpha1.SandboxExecOptions{}.OpenAPIModelName():           schema_apiserver_apis_sandbox_v1alpha1_SandboxExecOptions(ref),
 		v1alpha1.SandboxList{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxList(ref),
 		v1alpha1.SandboxPodStatus{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref),
+		v1alpha1.SandboxRenewal{}.OpenAPIModelName():               schema_apiserver_apis_sandbox_v1alpha1_SandboxRenewal(ref),
 		v1alpha1.SandboxSpec{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref),
 		v1alpha1.SandboxStatus{}.OpenAPIModelName():                schema_apiserver_apis_sandbox_v1alpha1_SandboxStatus(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():   schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
@@ -393,6 +395,28 @@ func schema_apiserver_apis_sandbox_v1alpha1_Sandbox(ref common.ReferenceCallback
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxAutoRenew(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxAutoRenew keeps a sandbox alive while it is used.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"extendSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "extendSeconds: every exec (and files and proxy access) through this API moves the expiry to at least now + extendSeconds.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"extendSeconds"},
+			},
+		},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxExecOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -577,6 +601,54 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref common.Referenc
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxRenewal(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxRenewal is the body of a POST to the renew subresource: move the sandbox's expiry to expiresAt, or to now + extendSeconds. Expiry only moves forward: the new expiry is the later of the current one and the requested one, so the same renewal twice changes nothing.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"expiresAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "expiresAt is the requested expiry. Exactly one of expiresAt and extendSeconds is set.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"extendSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "extendSeconds requests an expiry of now + extendSeconds.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.ObjectMeta{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -624,11 +696,24 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref common.ReferenceCall
 							},
 						},
 					},
+					"timeoutSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "timeoutSeconds is the sandbox's lifetime: it is deleted that long after its creation unless renewed (see the renew subresource and autoRenew). At least 60; the server may set a maximum. Absent: the sandbox does not expire. Immutable.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"autoRenew": {
+						SchemaProps: spec.SchemaProps{
+							Description: "autoRenew keeps the sandbox alive while it is used.",
+							Ref:         ref(v1alpha1.SandboxAutoRenew{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.EnvVar{}.OpenAPIModelName(), v1.PodTemplateSpec{}.OpenAPIModelName()},
+			v1alpha1.SandboxAutoRenew{}.OpenAPIModelName(), v1.EnvVar{}.OpenAPIModelName(), v1.PodTemplateSpec{}.OpenAPIModelName()},
 	}
 }
 
@@ -648,9 +733,15 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxStatus(ref common.ReferenceCa
 					},
 					"phase": {
 						SchemaProps: spec.SchemaProps{
-							Description: "phase summarizes the state of the sandbox: Pending, Running, Failed or Terminating.",
+							Description: "phase summarizes the state of the sandbox: Pending, Running, Failed, Expired or Terminating.",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"expiresAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "expiresAt is when the sandbox will be deleted, unless renewed. Absent: never.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
 						},
 					},
 					"replicas": {
@@ -713,7 +804,7 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxStatus(ref common.ReferenceCa
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.SandboxPodStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+			v1alpha1.SandboxPodStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 

@@ -7,8 +7,9 @@ import (
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 )
 
-// toBatchSandbox turns a Sandbox a user asked for into the BatchSandbox that stores it. Only
-// what a user may set travels: system fields of the metadata are the backend's to fill.
+// toBatchSandbox turns a Sandbox into the BatchSandbox that stores it. Only what a user may
+// set travels, and the expiry the server computed (status.expiresAt is spec.expireTime of the
+// BatchSandbox): system fields of the metadata are the backend's to fill.
 func toBatchSandbox(sbx *sandboxv1alpha1.Sandbox) *controlv1alpha1.BatchSandbox {
 	bs := &controlv1alpha1.BatchSandbox{
 		ObjectMeta: metav1.ObjectMeta{
@@ -22,11 +23,16 @@ func toBatchSandbox(sbx *sandboxv1alpha1.Sandbox) *controlv1alpha1.BatchSandbox 
 			ResourceVersion: sbx.ResourceVersion,
 		},
 		Spec: controlv1alpha1.BatchSandboxSpec{
-			Replicas:   sbx.Spec.Replicas,
-			Template:   sbx.Spec.Template,
-			Entrypoint: sbx.Spec.Entrypoint,
-			Env:        sbx.Spec.Env,
+			Replicas:       sbx.Spec.Replicas,
+			Template:       sbx.Spec.Template,
+			Entrypoint:     sbx.Spec.Entrypoint,
+			Env:            sbx.Spec.Env,
+			TimeoutSeconds: sbx.Spec.TimeoutSeconds,
+			ExpireTime:     sbx.Status.ExpiresAt,
 		},
+	}
+	if sbx.Spec.AutoRenew != nil {
+		bs.Spec.AutoRenew = &controlv1alpha1.AutoRenew{ExtendSeconds: sbx.Spec.AutoRenew.ExtendSeconds}
 	}
 	return bs.DeepCopy()
 }
@@ -45,20 +51,25 @@ func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox
 		},
 		ObjectMeta: meta,
 		Spec: sandboxv1alpha1.SandboxSpec{
-			Replicas:   bs.Spec.Replicas,
-			Template:   bs.Spec.Template,
-			Entrypoint: bs.Spec.Entrypoint,
-			Env:        bs.Spec.Env,
+			Replicas:       bs.Spec.Replicas,
+			Template:       bs.Spec.Template,
+			Entrypoint:     bs.Spec.Entrypoint,
+			Env:            bs.Spec.Env,
+			TimeoutSeconds: bs.Spec.TimeoutSeconds,
 		},
 		Status: sandboxv1alpha1.SandboxStatus{
 			ObservedGeneration: bs.Status.ObservedGeneration,
 			Phase:              sandboxv1alpha1.SandboxPhase(bs.Status.Phase),
+			ExpiresAt:          bs.Spec.ExpireTime,
 			Replicas:           bs.Status.Replicas,
 			Ready:              bs.Status.Ready,
 			Conditions:         bs.Status.Conditions,
 		},
 	}
-	if bs.DeletionTimestamp != nil {
+	if bs.Spec.AutoRenew != nil {
+		sbx.Spec.AutoRenew = &sandboxv1alpha1.SandboxAutoRenew{ExtendSeconds: bs.Spec.AutoRenew.ExtendSeconds}
+	}
+	if bs.DeletionTimestamp != nil && bs.Status.Phase != controlv1alpha1.PhaseExpired {
 		sbx.Status.Phase = sandboxv1alpha1.PhaseTerminating
 	}
 	for _, p := range bs.Status.Pods {

@@ -3,9 +3,9 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
@@ -31,7 +31,9 @@ func translateError(err error, name string) error {
 		return apierrors.NewInternalError(err)
 	}
 	details := statusErr.Status().Details
-	if details == nil || (schema.GroupResource{Group: details.Group, Resource: details.Kind}) != batchSandboxResource {
+	// Details.Kind names the resource in most errors and the kind in Invalid ones.
+	if details == nil || details.Group != batchSandboxResource.Group ||
+		(details.Kind != batchSandboxResource.Resource && details.Kind != "BatchSandbox") {
 		return err
 	}
 	if details.Name != "" {
@@ -43,7 +45,12 @@ func translateError(err error, name string) error {
 	case apierrors.IsAlreadyExists(err):
 		return apierrors.NewAlreadyExists(sandboxResource, name)
 	case apierrors.IsConflict(err):
-		return apierrors.NewConflict(sandboxResource, name, errors.New(statusErr.Status().Message))
+		// Keep the cause, without the backend's "Operation cannot be fulfilled on ..." prefix.
+		msg := statusErr.Status().Message
+		if _, cause, ok := strings.Cut(msg, fmt.Sprintf("%q: ", name)); ok {
+			msg = cause
+		}
+		return apierrors.NewConflict(sandboxResource, name, errors.New(msg))
 	case apierrors.IsInvalid(err):
 		out := &apierrors.StatusError{ErrStatus: *statusErr.ErrStatus.DeepCopy()}
 		out.ErrStatus.Details.Group = sandboxKind.Group

@@ -29,6 +29,8 @@ type ExecREST struct {
 	Authorizer authorizer.Authorizer
 	// Transport dials execd in the pods.
 	Transport http.RoundTripper
+	// Renewer extends the expiry of sandboxes that ask for auto-renew; nil: none.
+	Renewer *Renewer
 }
 
 var _ rest.Connecter = &ExecREST{}
@@ -67,6 +69,9 @@ func (r *ExecREST) Connect(ctx context.Context, name string, opts runtime.Object
 	ep, err := r.Resolver.Resolve(ctx, genericapirequest.NamespaceValue(ctx), name, execOpts.Replica)
 	if err != nil {
 		return nil, err
+	}
+	if r.Renewer != nil && ep.Sandbox != nil {
+		r.Renewer.Touch(ctx, ep.Sandbox)
 	}
 
 	q := url.Values{"command": execOpts.Command}

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -13,7 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
@@ -25,6 +29,8 @@ type REST struct {
 	// backend reads and writes BatchSandboxes as sandbox-apiserver's own identity: users never
 	// need rights on the CRD, only on sandboxes, which this server authorizes.
 	backend client.WithWatch
+	limits  Limits
+	clock   clock.PassiveClock
 }
 
 var (
@@ -37,12 +43,13 @@ var (
 	_ rest.Getter               = &REST{}
 	_ rest.Lister               = &REST{}
 	_ rest.Watcher              = &REST{}
+	_ rest.Updater              = &REST{}
 	_ rest.GracefulDeleter      = &REST{}
 )
 
 // NewREST returns the sandboxes storage over a BatchSandbox client.
-func NewREST(backend client.WithWatch) *REST {
-	return &REST{backend: backend}
+func NewREST(backend client.WithWatch, limits Limits, clk clock.PassiveClock) *REST {
+	return &REST{tableConvertor: tableConvertor{clock: clk}, backend: backend, limits: limits, clock: clk}
 }
 
 // New implements rest.Storage.
@@ -80,14 +87,23 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 		return nil, apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
 	}
 	sbx.Namespace = ns
+	if sbx.Name == "" && sbx.GenerateName != "" {
+		// As the generic registry does before validation; the backend refuses a taken name.
+		sbx.Name = names.SimpleNameGenerator.GenerateName(sbx.GenerateName)
+	}
 	setDefaults(sbx)
-	if errs := validateSandbox(sbx); len(errs) > 0 {
+	// Status is the server's: what a client sends there is dropped, as for built-in resources.
+	sbx.Status = sandboxv1alpha1.SandboxStatus{}
+	if errs := validateSandbox(sbx, r.limits); len(errs) > 0 {
 		return nil, apierrors.NewInvalid(sandboxKind, sbx.Name, errs)
 	}
 	if createValidation != nil {
 		if err := createValidation(ctx, sbx); err != nil {
 			return nil, err
 		}
+	}
+	if sbx.Spec.TimeoutSeconds != nil {
+		sbx.Status.ExpiresAt = &metav1.Time{Time: r.clock.Now().Add(time.Duration(*sbx.Spec.TimeoutSeconds) * time.Second)}
 	}
 	bs := toBatchSandbox(sbx)
 	bs.ResourceVersion = ""
@@ -137,6 +153,57 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	}), nil
 }
 
+// Update implements rest.Updater; patches (merge, JSON, strategic merge, apply) arrive here too,
+// already applied to the current object. Labels, annotations, replicas and autoRenew may
+// change; what made the pods may not; status is the server's.
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, _ rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, _ bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	bs := &controlv1alpha1.BatchSandbox{}
+	key := client.ObjectKey{Namespace: genericapirequest.NamespaceValue(ctx), Name: name}
+	if err := r.backend.Get(ctx, key, bs); err != nil {
+		// Sandboxes are created by POST only: an update never creates one.
+		return nil, false, translateError(err, name)
+	}
+	old := fromBatchSandbox(bs)
+	obj, err := objInfo.UpdatedObject(ctx, old)
+	if err != nil {
+		return nil, false, err
+	}
+	sbx, ok := obj.(*sandboxv1alpha1.Sandbox)
+	if !ok {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("not a Sandbox: %T", obj))
+	}
+	sbx.Status = old.Status
+	setDefaults(sbx)
+	if sbx.ResourceVersion == "" {
+		// An update without a resourceVersion is unconditional, as for built-in resources.
+		sbx.ResourceVersion = old.ResourceVersion
+	}
+	if errs := validateSandboxUpdate(sbx, old, r.limits); len(errs) > 0 {
+		return nil, false, apierrors.NewInvalid(sandboxKind, name, errs)
+	}
+	if updateValidation != nil {
+		if err := updateValidation(ctx, sbx, old); err != nil {
+			return nil, false, err
+		}
+	}
+	updated := bs.DeepCopy()
+	updated.ResourceVersion = sbx.ResourceVersion
+	updated.Labels = sbx.Labels
+	updated.Annotations = sbx.Annotations
+	updated.OwnerReferences = sbx.OwnerReferences
+	updated.Finalizers = sbx.Finalizers
+	if controllerutil.ContainsFinalizer(bs, controlv1alpha1.FinalizerPods) {
+		// The controller's finalizer guards the pods' cleanup; a user edit does not drop it.
+		controllerutil.AddFinalizer(updated, controlv1alpha1.FinalizerPods)
+	}
+	updated.Spec.Replicas = sbx.Spec.Replicas
+	updated.Spec.AutoRenew = toBatchSandbox(sbx).Spec.AutoRenew
+	if err := r.backend.Update(ctx, updated, updateOptions(options)); err != nil {
+		return nil, false, translateError(err, name)
+	}
+	return fromBatchSandbox(updated), false, nil
+}
+
 // Delete implements rest.GracefulDeleter. Preconditions, propagation policy and dry-run go to
 // the backend as they came.
 func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
@@ -166,6 +233,13 @@ func createOptions(in *metav1.CreateOptions) *client.CreateOptions {
 		return &client.CreateOptions{}
 	}
 	return &client.CreateOptions{DryRun: in.DryRun, FieldManager: in.FieldManager, Raw: in.DeepCopy()}
+}
+
+func updateOptions(in *metav1.UpdateOptions) *client.UpdateOptions {
+	if in == nil {
+		return &client.UpdateOptions{}
+	}
+	return &client.UpdateOptions{DryRun: in.DryRun, FieldManager: in.FieldManager, Raw: in.DeepCopy()}
 }
 
 func deleteOptions(in *metav1.DeleteOptions) *client.DeleteOptions {

@@ -9,26 +9,31 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/utils/clock"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 )
 
 var tableColumns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "Name of the sandbox"},
-	{Name: "Phase", Type: "string", Description: "Pending, Running, Failed or Terminating"},
+	{Name: "Phase", Type: "string", Description: "Pending, Running, Failed, Expired or Terminating"},
 	{Name: "Ready", Type: "string", Description: "Ready replicas of the desired replicas"},
+	{Name: "Pool", Type: "string", Description: "Warm pool the pods come from; <none> for a pod template"},
+	{Name: "Expires", Type: "string", Description: "Time until the sandbox expires; <none> if it never does"},
 	{Name: "Age", Type: "string", Description: "Time since creation"},
-	{Name: "Pod", Type: "string", Priority: 1, Description: "Pod of the first replica"},
-	{Name: "IP", Type: "string", Priority: 1, Description: "Pod IP of the first replica"},
 	{Name: "Image", Type: "string", Priority: 1, Description: "Image of the sandbox container"},
+	{Name: "Pod", Type: "string", Priority: 1, Description: "Pod of the first replica"},
+	{Name: "Node", Type: "string", Priority: 1, Description: "Node of the first replica"},
 }
 
 // tableConvertor prints sandboxes server-side, so that kubectl get shows the same columns to
 // every client.
-type tableConvertor struct{}
+type tableConvertor struct {
+	clock clock.PassiveClock
+}
 
 // ConvertToTable implements rest.TableConvertor.
-func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, opts runtime.Object) (*metav1.Table, error) {
+func (c tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, opts runtime.Object) (*metav1.Table, error) {
 	table := &metav1.Table{ColumnDefinitions: tableColumns}
 	if to, ok := opts.(*metav1.TableOptions); ok && to.NoHeaders {
 		table.ColumnDefinitions = nil
@@ -51,12 +56,19 @@ func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, opts
 		return nil, fmt.Errorf("cannot print %T as a sandbox table", obj)
 	}
 	for i := range items {
-		table.Rows = append(table.Rows, tableRow(&items[i]))
+		table.Rows = append(table.Rows, c.tableRow(&items[i]))
 	}
 	return table, nil
 }
 
-func tableRow(sbx *sandboxv1alpha1.Sandbox) metav1.TableRow {
+func (c tableConvertor) now() time.Time {
+	if c.clock == nil {
+		return time.Now()
+	}
+	return c.clock.Now()
+}
+
+func (c tableConvertor) tableRow(sbx *sandboxv1alpha1.Sandbox) metav1.TableRow {
 	desired := int32(1)
 	if sbx.Spec.Replicas != nil {
 		desired = *sbx.Spec.Replicas
@@ -65,11 +77,18 @@ func tableRow(sbx *sandboxv1alpha1.Sandbox) metav1.TableRow {
 	if phase == "" {
 		phase = string(sandboxv1alpha1.PhasePending)
 	}
-	pod, ip, image := "<none>", "<none>", "<none>"
+	pod, node, image, expires := "<none>", "<none>", "<none>", "<none>"
 	if len(sbx.Status.Pods) > 0 {
 		pod = sbx.Status.Pods[0].Name
-		if sbx.Status.Pods[0].IP != "" {
-			ip = sbx.Status.Pods[0].IP
+		if sbx.Status.Pods[0].NodeName != "" {
+			node = sbx.Status.Pods[0].NodeName
+		}
+	}
+	if e := sbx.Status.ExpiresAt; e != nil {
+		if left := e.Sub(c.now()); left > 0 {
+			expires = duration.HumanDuration(left)
+		} else {
+			expires = "expired"
 		}
 	}
 	if t := sbx.Spec.Template; t != nil && len(t.Spec.Containers) > 0 {
@@ -81,15 +100,17 @@ func tableRow(sbx *sandboxv1alpha1.Sandbox) metav1.TableRow {
 			sbx.Name,
 			phase,
 			fmt.Sprintf("%d/%d", sbx.Status.Ready, desired),
-			translateAge(sbx.CreationTimestamp),
-			pod, ip, image,
+			"<none>",
+			expires,
+			c.age(sbx.CreationTimestamp),
+			image, pod, node,
 		},
 	}
 }
 
-func translateAge(t metav1.Time) string {
+func (c tableConvertor) age(t metav1.Time) string {
 	if t.IsZero() {
 		return "<unknown>"
 	}
-	return duration.HumanDuration(time.Since(t.Time))
+	return duration.HumanDuration(c.now().Sub(t.Time))
 }

@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"fmt"
+	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -15,6 +17,16 @@ import (
 // refused by the backend.
 const maxReplicas = 1000
 
+// MinTimeoutSeconds is the shortest lifetime: a sandbox that expires sooner than a pod can
+// start is a mistake.
+const MinTimeoutSeconds = 60
+
+// Limits are the server-side bounds a deployment sets.
+type Limits struct {
+	// MaxTimeout bounds timeoutSeconds and how far a renewal may reach; 0: no bound.
+	MaxTimeout time.Duration
+}
+
 // setDefaults fills what a user may leave out.
 func setDefaults(sbx *sandboxv1alpha1.Sandbox) {
 	if sbx.Spec.Replicas == nil {
@@ -25,15 +37,52 @@ func setDefaults(sbx *sandboxv1alpha1.Sandbox) {
 
 // validateSandbox checks a Sandbox for creation. Names are DNS labels (not subdomains) because
 // they become label values and pod name prefixes.
-func validateSandbox(sbx *sandboxv1alpha1.Sandbox) field.ErrorList {
+func validateSandbox(sbx *sandboxv1alpha1.Sandbox, limits Limits) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMeta(&sbx.ObjectMeta, true,
 		apimachineryvalidation.NameIsDNSLabel, field.NewPath("metadata"))
-	allErrs = append(allErrs, validateSpec(&sbx.Spec, field.NewPath("spec"))...)
+	allErrs = append(allErrs, validateSpec(&sbx.Spec, limits, field.NewPath("spec"))...)
 	return allErrs
 }
 
-func validateSpec(spec *sandboxv1alpha1.SandboxSpec, fld *field.Path) field.ErrorList {
+// validateSandboxUpdate checks an update: what made the pods cannot change under them, and
+// the lifetime changes only through renew.
+func validateSandboxUpdate(sbx, old *sandboxv1alpha1.Sandbox, limits Limits) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&sbx.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	spec := field.NewPath("spec")
+	allErrs = append(allErrs, validateSpec(&sbx.Spec, limits, spec)...)
+	immutable := func(newV, oldV interface{}, fld *field.Path) {
+		if !apiequality.Semantic.DeepEqual(newV, oldV) {
+			allErrs = append(allErrs, field.Invalid(fld, newV, "field is immutable"))
+		}
+	}
+	immutable(sbx.Spec.Template, old.Spec.Template, spec.Child("template"))
+	immutable(sbx.Spec.Entrypoint, old.Spec.Entrypoint, spec.Child("entrypoint"))
+	immutable(sbx.Spec.Env, old.Spec.Env, spec.Child("env"))
+	immutable(sbx.Spec.TimeoutSeconds, old.Spec.TimeoutSeconds, spec.Child("timeoutSeconds"))
+	return allErrs
+}
+
+func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
+	if t := spec.TimeoutSeconds; t != nil {
+		switch {
+		case *t < MinTimeoutSeconds:
+			allErrs = append(allErrs, field.Invalid(fld.Child("timeoutSeconds"), *t, fmt.Sprintf("must be at least %d", MinTimeoutSeconds)))
+		case limits.MaxTimeout > 0 && time.Duration(*t)*time.Second > limits.MaxTimeout:
+			allErrs = append(allErrs, field.Invalid(fld.Child("timeoutSeconds"), *t, fmt.Sprintf("must be at most %d (the server's maximum)", int64(limits.MaxTimeout/time.Second))))
+		}
+	}
+	if ar := spec.AutoRenew; ar != nil {
+		switch {
+		case ar.ExtendSeconds < 1:
+			allErrs = append(allErrs, field.Invalid(fld.Child("autoRenew", "extendSeconds"), ar.ExtendSeconds, "must be positive"))
+		case limits.MaxTimeout > 0 && time.Duration(ar.ExtendSeconds)*time.Second > limits.MaxTimeout:
+			allErrs = append(allErrs, field.Invalid(fld.Child("autoRenew", "extendSeconds"), ar.ExtendSeconds, fmt.Sprintf("must be at most %d (the server's maximum)", int64(limits.MaxTimeout/time.Second))))
+		}
+		if spec.TimeoutSeconds == nil {
+			allErrs = append(allErrs, field.Invalid(fld.Child("autoRenew"), "", "a sandbox without timeoutSeconds never expires: there is nothing to renew"))
+		}
+	}
 	if spec.Replicas != nil && (*spec.Replicas < 0 || *spec.Replicas > maxReplicas) {
 		allErrs = append(allErrs, field.Invalid(fld.Child("replicas"), *spec.Replicas,
 			fmt.Sprintf("must be between 0 and %d", maxReplicas)))
@@ -96,4 +145,35 @@ func validateExecOptions(opts *sandboxv1alpha1.SandboxExecOptions) field.ErrorLi
 		allErrs = append(allErrs, field.Invalid(field.NewPath("replica"), opts.Replica, "must not be negative"))
 	}
 	return allErrs
+}
+
+// validateRenewal checks a renewal request on its own; what it means for a sandbox is decided
+// against the sandbox's current expiry.
+func validateRenewal(r *sandboxv1alpha1.SandboxRenewal, now time.Time, limits Limits) field.ErrorList {
+	var allErrs field.ErrorList
+	switch {
+	case (r.ExpiresAt == nil) == (r.ExtendSeconds == nil):
+		allErrs = append(allErrs, field.Invalid(field.NewPath("expiresAt"), r.ExpiresAt, "exactly one of expiresAt and extendSeconds is required"))
+	case r.ExtendSeconds != nil && *r.ExtendSeconds < 1:
+		allErrs = append(allErrs, field.Invalid(field.NewPath("extendSeconds"), *r.ExtendSeconds, "must be positive"))
+	case r.ExpiresAt != nil && !r.ExpiresAt.After(now):
+		allErrs = append(allErrs, field.Invalid(field.NewPath("expiresAt"), r.ExpiresAt.UTC().Format(time.RFC3339), "must be in the future"))
+	}
+	if len(allErrs) == 0 && limits.MaxTimeout > 0 && requestedExpiry(r, now).After(now.Add(limits.MaxTimeout)) {
+		fld := field.NewPath("expiresAt")
+		if r.ExtendSeconds != nil {
+			fld = field.NewPath("extendSeconds")
+		}
+		allErrs = append(allErrs, field.Invalid(fld, requestedExpiry(r, now).UTC().Format(time.RFC3339),
+			fmt.Sprintf("must be at most %s from now (the server's maximum)", limits.MaxTimeout)))
+	}
+	return allErrs
+}
+
+// requestedExpiry is the expiry a valid renewal asks for.
+func requestedExpiry(r *sandboxv1alpha1.SandboxRenewal, now time.Time) time.Time {
+	if r.ExpiresAt != nil {
+		return r.ExpiresAt.Time
+	}
+	return now.Add(time.Duration(*r.ExtendSeconds) * time.Second)
 }

@@ -13,13 +13,13 @@ const (
 	// LabelReplica is the replica index of a sandbox pod, "0" to replicas-1.
 	LabelReplica = "control.kube-sandbox.io/replica"
 
-	// SandboxContainerName is the name of the container that runs the user's code under execd.
-	// In a template, the first container is the sandbox container; it is renamed to this.
+	// SandboxContainerName is the name kubectl sandbox gives the container that runs the
+	// user's code under execd. Whatever its name, the first container of a template is it.
 	SandboxContainerName = "sandbox"
 )
 
 // SandboxPhase is a coarse summary of where a sandbox is in its life.
-// +kubebuilder:validation:Enum=Pending;Running;Failed;Terminating
+// +kubebuilder:validation:Enum=Pending;Running;Failed;Terminating;Expired
 type SandboxPhase string
 
 const (
@@ -31,6 +31,8 @@ const (
 	PhaseFailed SandboxPhase = "Failed"
 	// PhaseTerminating: the sandbox is being deleted.
 	PhaseTerminating SandboxPhase = "Terminating"
+	// PhaseExpired: the sandbox reached its expiry and is being deleted.
+	PhaseExpired SandboxPhase = "Expired"
 )
 
 // Condition types and reasons a user can act on.
@@ -43,7 +45,12 @@ const (
 	ReasonPodCreateFailed = "PodCreateFailed"
 	ReasonPodFailed       = "PodFailed"
 	ReasonImagePullFailed = "ImagePullFailed"
+	ReasonExpired         = "Expired"
 )
+
+// FinalizerPods holds a BatchSandbox until its pods are gone, so that deleting a sandbox
+// waits for what it runs.
+const FinalizerPods = "control.kube-sandbox.io/pods"
 
 // BatchSandboxSpec is the desired state of a BatchSandbox.
 // +kubebuilder:validation:XValidation:rule="has(self.template)",message="template is required"
@@ -60,14 +67,39 @@ type BatchSandboxSpec struct {
 	// +optional
 	Template *corev1.PodTemplateSpec `json:"template,omitempty"`
 
-	// entrypoint is the command the sandbox container runs, replacing the image's. Without it
-	// the container runs only sandbox-execd and waits for commands.
+	// entrypoint is the command the sandbox container runs under sandbox-execd. Without it, the
+	// container's command and args from the template; without those, execd alone, waiting for
+	// commands. (The image's own ENTRYPOINT is not known here: a template container that sets
+	// args sets command too.)
 	// +optional
 	Entrypoint []string `json:"entrypoint,omitempty"`
 
 	// env is added to the sandbox container's environment (and to every exec).
 	// +optional
 	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// timeoutSeconds is the lifetime the sandbox was created with; expireTime holds the
+	// deadline it led to.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+
+	// expireTime is when the controller deletes this BatchSandbox. Absent: never. Renewals
+	// move it forward.
+	// +optional
+	ExpireTime *metav1.Time `json:"expireTime,omitempty"`
+
+	// autoRenew extends expireTime whenever the sandbox is used through sandbox-apiserver.
+	// +optional
+	AutoRenew *AutoRenew `json:"autoRenew,omitempty"`
+}
+
+// AutoRenew keeps a sandbox alive while it is used.
+type AutoRenew struct {
+	// extendSeconds: every access (exec, files, proxy) moves the expiry to at least
+	// now + extendSeconds.
+	// +kubebuilder:validation:Minimum=1
+	ExtendSeconds int64 `json:"extendSeconds"`
 }
 
 // SandboxPodStatus is what the controller knows of one replica's pod.
@@ -124,6 +156,8 @@ type BatchSandboxStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.spec.expireTime`
+// +kubebuilder:selectablefield:JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BatchSandbox struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,6 +26,13 @@ import (
 // treats the first container of the template as the sandbox container.
 const ContainerName = "sandbox"
 
+// minTimeout is the server's minimum timeoutSeconds: a sandbox that expired sooner than its pods
+// can start would be of no use. Checked here too, so that the error names the flag.
+const minTimeout = 60 * time.Second
+
+// minAutoRenew is the least auto-renew extension the API takes: a positive whole second.
+const minAutoRenew = time.Second
+
 // Values of --dry-run, as kubectl's.
 const (
 	dryRunNone   = "none"
@@ -39,7 +47,12 @@ var (
 		The sandbox gets one pod per replica, each made from a template with a single container
 		named "sandbox" running IMAGE. Arguments after -- become the sandbox's entrypoint,
 		replacing the image's; without them the container only waits for commands sent with
-		'kubectl sandbox exec'.`)
+		'kubectl sandbox exec'.
+
+		With --timeout the sandbox is deleted that long after its creation, unless renewed
+		with 'kubectl sandbox renew'; without it, it lives until deleted. --auto-renew keeps
+		a sandbox with a timeout alive while it is used: every exec (and file or proxy access)
+		moves its expiry to at least that far ahead.`)
 
 	createExample = cmdutil.Examples(`
 		# Create a sandbox running python that waits for commands
@@ -50,6 +63,10 @@ var (
 
 		# Create a sandbox whose container runs an HTTP server
 		kubectl sandbox create web --image python:3.13-slim -- python -m http.server 8080
+
+		# Create a sandbox that is deleted after 30 minutes, or 10 minutes after its last use
+		# if that is later
+		kubectl sandbox create agent --image python:3.13-slim --timeout 30m --auto-renew 10m
 
 		# Print the sandbox that would be created, without creating it
 		kubectl sandbox create my-sandbox --image busybox --dry-run=client -o yaml`)
@@ -66,10 +83,19 @@ type CreateOptions struct {
 	Replicas   int32
 	Entrypoint []string
 	DryRun     string
+	Timeout    time.Duration
+	AutoRenew  time.Duration
 
 	// replicasSet is whether --replicas was given; without it the server's default applies.
 	replicasSet bool
-	envVars     []corev1.EnvVar
+	// timeoutSet and autoRenewSet are whether --timeout and --auto-renew were given: only then
+	// do spec.timeoutSeconds and spec.autoRenew get a value.
+	timeoutSet   bool
+	autoRenewSet bool
+	envVars      []corev1.EnvVar
+	// timeoutSeconds and extendSeconds are the flags' values in seconds, set by Validate.
+	timeoutSeconds *int64
+	extendSeconds  *int64
 
 	Namespace string
 	Client    clientset.Interface
@@ -91,7 +117,7 @@ func NewCreateOptions(streams genericiooptions.IOStreams) *CreateOptions {
 func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewCreateOptions(streams)
 	cmd := &cobra.Command{
-		Use:                   "create NAME --image=IMAGE [--env=KEY=VALUE]... [--replicas=N] [-- ENTRYPOINT [ARG...]]",
+		Use:                   "create NAME --image=IMAGE [--env=KEY=VALUE]... [--replicas=N] [--timeout=DURATION [--auto-renew=DURATION]] [-- ENTRYPOINT [ARG...]]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Create a sandbox",
 		Long:                  createLong,
@@ -111,6 +137,8 @@ func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.
 	cmd.Flags().StringVar(&o.Image, "image", o.Image, "The container image the sandbox runs. Required.")
 	cmd.Flags().StringArrayVarP(&o.Env, "env", "e", o.Env, "An environment variable of the sandbox container, KEY=VALUE; repeat for more.")
 	cmd.Flags().Int32Var(&o.Replicas, "replicas", o.Replicas, "Number of sandbox pods.")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "Lifetime of the sandbox (like 30m or 2h, at least 60s): it is deleted that long after creation unless renewed. The server may cap it. Default: no expiry.")
+	cmd.Flags().DurationVar(&o.AutoRenew, "auto-renew", o.AutoRenew, "With --timeout: on every exec (and file or proxy access), move the expiry to at least this long ahead (like 10m), so a sandbox in use does not expire.")
 	cmd.Flags().StringVar(&o.DryRun, "dry-run", o.DryRun, `Must be "none", "server", or "client". With "client", only print the object that would be sent; with "server", submit it without persisting it.`)
 	return cmd
 }
@@ -133,6 +161,8 @@ func (o *CreateOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []s
 		return cmdutil.UsageErrorf(cmd, "create takes one NAME; put the entrypoint after --, as in: create NAME --image=IMAGE -- %s", strings.Join(args[1:], " "))
 	}
 	o.replicasSet = cmd.Flags().Changed("replicas")
+	o.timeoutSet = cmd.Flags().Changed("timeout")
+	o.autoRenewSet = cmd.Flags().Changed("auto-renew")
 
 	var err error
 	if o.Namespace, _, err = f.Namespace(); err != nil {
@@ -183,6 +213,25 @@ func (o *CreateOptions) Validate() error {
 		return err
 	}
 	o.envVars = env
+
+	o.timeoutSeconds, o.extendSeconds = nil, nil
+	if o.timeoutSet {
+		seconds, err := cmdutil.WholeSeconds("timeout", o.Timeout, minTimeout)
+		if err != nil {
+			return err
+		}
+		o.timeoutSeconds = &seconds
+	}
+	if o.autoRenewSet {
+		if !o.timeoutSet {
+			return fmt.Errorf("--auto-renew requires --timeout: a sandbox without a timeout never expires, so there is nothing to renew")
+		}
+		seconds, err := cmdutil.WholeSeconds("auto-renew", o.AutoRenew, minAutoRenew)
+		if err != nil {
+			return err
+		}
+		o.extendSeconds = &seconds
+	}
 	return nil
 }
 
@@ -218,13 +267,17 @@ func (o *CreateOptions) Sandbox() *sandboxv1alpha1.Sandbox {
 					Containers: []corev1.Container{{Name: ContainerName, Image: o.Image}},
 				},
 			},
-			Entrypoint: o.Entrypoint,
-			Env:        o.envVars,
+			Entrypoint:     o.Entrypoint,
+			Env:            o.envVars,
+			TimeoutSeconds: o.timeoutSeconds,
 		},
 	}
 	if o.replicasSet {
 		replicas := o.Replicas
 		sb.Spec.Replicas = &replicas
+	}
+	if o.extendSeconds != nil {
+		sb.Spec.AutoRenew = &sandboxv1alpha1.SandboxAutoRenew{ExtendSeconds: *o.extendSeconds}
 	}
 	return sb
 }

@@ -66,6 +66,63 @@ func TestCreate(t *testing.T) {
 			wantOut: "sandbox.sandbox.kube-sandbox.io/s2 created\n",
 		},
 		{
+			name: "timeout and auto-renew in seconds",
+			args: []string{"s10", "--image", "busybox", "--timeout", "10m", "--auto-renew=5m"},
+			want: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "s10", Namespace: cmdtesting.Namespace},
+				Spec: sandboxv1alpha1.SandboxSpec{
+					Template:       template("busybox"),
+					TimeoutSeconds: ptr.To[int64](600),
+					AutoRenew:      &sandboxv1alpha1.SandboxAutoRenew{ExtendSeconds: 300},
+				},
+			},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/s10 created\n",
+		},
+		{
+			name: "timeout of exactly the minimum, no auto-renew",
+			args: []string{"s11", "--image", "busybox", "--timeout=60s"},
+			want: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "s11", Namespace: cmdtesting.Namespace},
+				Spec:       sandboxv1alpha1.SandboxSpec{Template: template("busybox"), TimeoutSeconds: ptr.To[int64](60)},
+			},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/s11 created\n",
+		},
+		{
+			name:    "timeout below the minimum",
+			args:    []string{"s12", "--image", "busybox", "--timeout", "30s"},
+			wantErr: "error: --timeout must be at least 60s, got 30s\n",
+		},
+		{
+			name:    "zero timeout is below the minimum, not no timeout",
+			args:    []string{"s12", "--image", "busybox", "--timeout", "0"},
+			wantErr: "error: --timeout must be at least 60s, got 0s\n",
+		},
+		{
+			name:    "timeout with a fraction of a second",
+			args:    []string{"s12", "--image", "busybox", "--timeout", "90.5s"},
+			wantErr: "error: --timeout must be a whole number of seconds, got 1m30.5s\n",
+		},
+		{
+			name:    "auto-renew without timeout",
+			args:    []string{"s12", "--image", "busybox", "--auto-renew", "5m"},
+			wantErr: "error: --auto-renew requires --timeout: a sandbox without a timeout never expires, so there is nothing to renew\n",
+		},
+		{
+			name:    "zero auto-renew",
+			args:    []string{"s12", "--image", "busybox", "--timeout", "10m", "--auto-renew", "0s"},
+			wantErr: "error: --auto-renew must be at least 1s, got 0s\n",
+		},
+		{
+			name:    "timeout that is not a duration",
+			args:    []string{"s12", "--image", "busybox", "--timeout", "600"},
+			wantErr: `error: invalid argument "600" for "--timeout" flag: time: missing unit in duration "600"`,
+		},
+		{
+			name:    "client dry run shows the timeout",
+			args:    []string{"s13", "--image", "busybox", "--timeout", "1h", "--auto-renew", "90s", "--dry-run=client", "-o", "jsonpath={.spec.timeoutSeconds} {.spec.autoRenew.extendSeconds}"},
+			wantOut: "3600 90",
+		},
+		{
 			name:    "output name after server dry run",
 			args:    []string{"s3", "--image", "busybox", "--dry-run=server", "-o", "name"},
 			want:    nil, // the fake does not honor dry run, so only the output is checked

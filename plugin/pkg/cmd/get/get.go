@@ -2,6 +2,7 @@
 package get
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -35,15 +36,16 @@ var (
 	getLong = cmdutil.LongDesc(`
 		Display one or many sandboxes.
 
-		Prints a table of the sandboxes' phase, ready replicas and age; -o wide adds each
-		replica's pod and IP. Use -o json, -o yaml or -o name for other formats, and
-		-l to filter by label.`)
+		Prints a table of the sandboxes' phase, ready replicas, pool, time until expiry and
+		age, the columns 'kubectl get sandboxes' shows; -o wide adds the image and the pod
+		and node of the first replica. Use -o json, -o yaml or -o name for other formats,
+		and -l to filter by label.`)
 
 	getExample = cmdutil.Examples(`
 		# List the sandboxes of the current namespace
 		kubectl sandbox get
 
-		# List sandboxes of all namespaces, with their pods and IPs
+		# List sandboxes of all namespaces, with their images, pods and nodes
 		kubectl sandbox get -A -o wide
 
 		# Show one sandbox as YAML
@@ -77,7 +79,7 @@ type GetOptions struct {
 
 	Namespace string
 	Client    clientset.Interface
-	// Now is the clock AGE is measured with.
+	// Now is the clock AGE and EXPIRES are measured with.
 	Now func() time.Time
 
 	genericiooptions.IOStreams
@@ -276,35 +278,45 @@ func (o *GetOptions) printNoneFound(w io.Writer) {
 	fmt.Fprintf(w, "No resources found in %s namespace.\n", o.Namespace)
 }
 
-// Table is the table of sandboxes kubectl would print: NAME, PHASE, READY and AGE, plus POD and
-// IP (one per replica, by replica index) in wide output.
+// Table is the table of sandboxes kubectl would print, with the columns of the server's table
+// (what 'kubectl get sandboxes' shows): NAME, PHASE, READY, POOL, EXPIRES and AGE, plus IMAGE,
+// POD and NODE in wide output.
 func Table(items []sandboxv1alpha1.Sandbox, now time.Time) *metav1.Table {
 	table := &metav1.Table{
 		ColumnDefinitions: []metav1.TableColumnDefinition{
 			{Name: "Name", Type: "string", Format: "name", Description: "Name of the sandbox."},
-			{Name: "Phase", Type: "string", Description: "Phase of the sandbox."},
-			{Name: "Ready", Type: "string", Description: "Ready replicas out of desired."},
+			{Name: "Phase", Type: "string", Description: "Pending, Running, Failed, Expired or Terminating."},
+			{Name: "Ready", Type: "string", Description: "Ready replicas of the desired replicas."},
+			{Name: "Pool", Type: "string", Description: "Warm pool the pods come from; <none> for a pod template."},
+			{Name: "Expires", Type: "string", Description: "Time until the sandbox expires; <none> if it never does."},
 			{Name: "Age", Type: "string", Description: "Time since the sandbox was created."},
-			{Name: "Pod", Type: "string", Priority: 1, Description: "Pods of the replicas."},
-			{Name: "IP", Type: "string", Priority: 1, Description: "IPs of the replicas' pods."},
+			{Name: "Image", Type: "string", Priority: 1, Description: "Image of the sandbox container."},
+			{Name: "Pod", Type: "string", Priority: 1, Description: "Pod of the first replica."},
+			{Name: "Node", Type: "string", Priority: 1, Description: "Node of the first replica."},
 		},
 	}
 	for i := range items {
 		sb := &items[i]
+		pod, node := firstPod(sb)
 		table.Rows = append(table.Rows, metav1.TableRow{
-			Cells:  []any{sb.Name, phase(sb), ready(sb), age(sb.CreationTimestamp, now), podNames(sb), podIPs(sb)},
+			Cells: []any{
+				sb.Name, phase(sb), ready(sb), pool(sb), expires(sb, now), age(sb.CreationTimestamp, now),
+				image(sb), pod, node,
+			},
 			Object: runtime.RawExtension{Object: sb},
 		})
 	}
 	return table
 }
 
+// phase is the phase as the server's table shows it: Pending until the controller has set one,
+// Terminating once deleted unless it is being deleted because it expired.
 func phase(sb *sandboxv1alpha1.Sandbox) string {
-	if sb.DeletionTimestamp != nil {
+	switch {
+	case sb.DeletionTimestamp != nil && sb.Status.Phase != sandboxv1alpha1.PhaseExpired:
 		return string(sandboxv1alpha1.PhaseTerminating)
-	}
-	if sb.Status.Phase == "" {
-		return "<unknown>"
+	case sb.Status.Phase == "":
+		return string(sandboxv1alpha1.PhasePending)
 	}
 	return string(sb.Status.Phase)
 }
@@ -317,6 +329,24 @@ func ready(sb *sandboxv1alpha1.Sandbox) string {
 	return fmt.Sprintf("%d/%d", sb.Status.Ready, desired)
 }
 
+// pool is the warm pool of the sandbox's pods. The API has no pools yet: every sandbox is made
+// from its own template.
+func pool(*sandboxv1alpha1.Sandbox) string {
+	return "<none>"
+}
+
+// expires is the time left until the sandbox expires.
+func expires(sb *sandboxv1alpha1.Sandbox, now time.Time) string {
+	if sb.Status.ExpiresAt == nil {
+		return "<none>"
+	}
+	left := sb.Status.ExpiresAt.Sub(now)
+	if left <= 0 {
+		return "expired"
+	}
+	return duration.HumanDuration(left)
+}
+
 func age(created metav1.Time, now time.Time) string {
 	if created.IsZero() {
 		return "<unknown>"
@@ -324,28 +354,26 @@ func age(created metav1.Time, now time.Time) string {
 	return duration.HumanDuration(now.Sub(created.Time))
 }
 
-func podNames(sb *sandboxv1alpha1.Sandbox) string {
-	return joinPods(sb, func(p sandboxv1alpha1.SandboxPodStatus) string { return p.Name })
+func image(sb *sandboxv1alpha1.Sandbox) string {
+	if t := sb.Spec.Template; t != nil && len(t.Spec.Containers) > 0 && t.Spec.Containers[0].Image != "" {
+		return t.Spec.Containers[0].Image
+	}
+	return "<none>"
 }
 
-func podIPs(sb *sandboxv1alpha1.Sandbox) string {
-	return joinPods(sb, func(p sandboxv1alpha1.SandboxPodStatus) string { return p.IP })
-}
-
-// joinPods joins a field of the replicas' pods in replica order, "<none>" standing for missing
-// values.
-func joinPods(sb *sandboxv1alpha1.Sandbox, field func(sandboxv1alpha1.SandboxPodStatus) string) string {
-	pods := slices.Clone(sb.Status.Pods)
-	slices.SortFunc(pods, func(a, b sandboxv1alpha1.SandboxPodStatus) int { return int(a.Replica - b.Replica) })
-	if len(pods) == 0 {
-		return "<none>"
+// firstPod is the pod and node of the replica with the lowest index, "<none>" standing for what
+// is not known yet.
+func firstPod(sb *sandboxv1alpha1.Sandbox) (pod, node string) {
+	pod, node = "<none>", "<none>"
+	if len(sb.Status.Pods) == 0 {
+		return pod, node
 	}
-	values := make([]string, len(pods))
-	for i, p := range pods {
-		values[i] = field(p)
-		if values[i] == "" {
-			values[i] = "<none>"
-		}
+	first := slices.MinFunc(sb.Status.Pods, func(a, b sandboxv1alpha1.SandboxPodStatus) int { return cmp.Compare(a.Replica, b.Replica) })
+	if first.Name != "" {
+		pod = first.Name
 	}
-	return strings.Join(values, ",")
+	if first.NodeName != "" {
+		node = first.NodeName
+	}
+	return pod, node
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
@@ -25,24 +27,32 @@ func testSandboxes() []*sandboxv1alpha1.Sandbox {
 		{
 			ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: cmdtesting.Namespace, Labels: map[string]string{"team": "ml"},
 				CreationTimestamp: metav1.NewTime(now.Add(-5 * time.Minute))},
-			Spec: sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](2)},
-			Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, Replicas: 2, Ready: 2, Pods: []sandboxv1alpha1.SandboxPodStatus{
-				// Out of order: the table lists them by replica.
-				{Replica: 1, Name: "alpha-b", IP: "10.0.0.8", Ready: true},
-				{Replica: 0, Name: "alpha-a", IP: "10.0.0.7", Ready: true},
-			}},
+			Spec: sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](2), Template: template("python:3.13-slim"), TimeoutSeconds: ptr.To[int64](1800)},
+			Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, Replicas: 2, Ready: 2,
+				ExpiresAt: ptr.To(metav1.NewTime(now.Add(25 * time.Minute))),
+				Pods: []sandboxv1alpha1.SandboxPodStatus{
+					// Out of order: the table shows replica 0.
+					{Replica: 1, Name: "alpha-b", IP: "10.0.0.8", NodeName: "node-2", Ready: true},
+					{Replica: 0, Name: "alpha-a", IP: "10.0.0.7", NodeName: "node-1", Ready: true},
+				}},
 		},
 		{
 			ObjectMeta: metav1.ObjectMeta{Name: "beta", Namespace: cmdtesting.Namespace,
 				CreationTimestamp: metav1.NewTime(now.Add(-3 * time.Hour))},
-			Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhasePending, Replicas: 1, Pods: []sandboxv1alpha1.SandboxPodStatus{
-				{Replica: 0, Name: "beta-a"},
-			}},
+			Spec: sandboxv1alpha1.SandboxSpec{Template: template("busybox"), TimeoutSeconds: ptr.To[int64](10800)},
+			Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseExpired, Replicas: 1,
+				ExpiresAt: ptr.To(metav1.NewTime(now.Add(-10 * time.Second))),
+				Pods:      []sandboxv1alpha1.SandboxPodStatus{{Replica: 0, Name: "beta-a"}},
+			},
 		},
 		{
 			ObjectMeta: metav1.ObjectMeta{Name: "gamma", Namespace: "other", CreationTimestamp: metav1.NewTime(now.Add(-49 * time.Hour))},
 		},
 	}
+}
+
+func template(image string) *corev1.PodTemplateSpec {
+	return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: image}}}}
 }
 
 func TestGet(t *testing.T) {
@@ -57,46 +67,46 @@ func TestGet(t *testing.T) {
 		{
 			name: "table of the namespace",
 			wantOut: "" +
-				"NAME    PHASE     READY   AGE\n" +
-				"alpha   Running   2/2     5m\n" +
-				"beta    Pending   0/1     3h\n",
+				"NAME    PHASE     READY   POOL     EXPIRES   AGE\n" +
+				"alpha   Running   2/2     <none>   25m       5m\n" +
+				"beta    Expired   0/1     <none>   expired   3h\n",
 		},
 		{
 			name: "list is get without names",
 			list: true,
 			wantOut: "" +
-				"NAME    PHASE     READY   AGE\n" +
-				"alpha   Running   2/2     5m\n" +
-				"beta    Pending   0/1     3h\n",
+				"NAME    PHASE     READY   POOL     EXPIRES   AGE\n" +
+				"alpha   Running   2/2     <none>   25m       5m\n" +
+				"beta    Expired   0/1     <none>   expired   3h\n",
 		},
 		{
-			name: "wide adds pods and IPs",
+			name: "wide adds image, pod and node",
 			args: []string{"-o", "wide"},
 			wantOut: "" +
-				"NAME    PHASE     READY   AGE   POD               IP\n" +
-				"alpha   Running   2/2     5m    alpha-a,alpha-b   10.0.0.7,10.0.0.8\n" +
-				"beta    Pending   0/1     3h    beta-a            <none>\n",
+				"NAME    PHASE     READY   POOL     EXPIRES   AGE   IMAGE              POD       NODE\n" +
+				"alpha   Running   2/2     <none>   25m       5m    python:3.13-slim   alpha-a   node-1\n" +
+				"beta    Expired   0/1     <none>   expired   3h    busybox            beta-a    <none>\n",
 		},
 		{
 			name: "all namespaces",
 			list: true,
 			args: []string{"-A", "--no-headers"},
 			wantOut: "" +
-				"other   gamma   <unknown>   0/1   2d1h\n" +
-				"test    alpha   Running     2/2   5m\n" +
-				"test    beta    Pending     0/1   3h\n",
+				"other   gamma   Pending   0/1   <none>   <none>    2d1h\n" +
+				"test    alpha   Running   2/2   <none>   25m       5m\n" +
+				"test    beta    Expired   0/1   <none>   expired   3h\n",
 		},
 		{
 			name: "selector and labels",
 			args: []string{"-l", "team=ml", "--show-labels"},
 			wantOut: "" +
-				"NAME    PHASE     READY   AGE   LABELS\n" +
-				"alpha   Running   2/2     5m    team=ml\n",
+				"NAME    PHASE     READY   POOL     EXPIRES   AGE   LABELS\n" +
+				"alpha   Running   2/2     <none>   25m       5m    team=ml\n",
 		},
 		{
 			name:    "one by name",
 			args:    []string{"beta"},
-			wantOut: "NAME   PHASE     READY   AGE\nbeta   Pending   0/1     3h\n",
+			wantOut: "NAME   PHASE     READY   POOL     EXPIRES   AGE\nbeta   Expired   0/1     <none>   expired   3h\n",
 		},
 		{
 			name:    "names",
@@ -107,6 +117,16 @@ func TestGet(t *testing.T) {
 			name:    "jsonpath",
 			args:    []string{"alpha", "-o", "jsonpath={.status.pods[*].ip}"},
 			wantOut: "10.0.0.8 10.0.0.7",
+		},
+		{
+			name:    "jsonpath of the expiry",
+			args:    []string{"alpha", "-o", "jsonpath={.spec.timeoutSeconds} {.status.expiresAt}"},
+			wantOut: "1800 2026-05-01T12:25:00Z",
+		},
+		{
+			name:    "yaml",
+			args:    []string{"beta", "-o", "yaml"},
+			wantOut: "apiVersion: sandbox.kube-sandbox.io/v1alpha1\nkind: Sandbox\n",
 		},
 		{
 			name:       "nothing found",
@@ -151,11 +171,93 @@ func TestGet(t *testing.T) {
 			if msg.String() != tt.wantErr {
 				t.Errorf("error %q, want %q", msg.String(), tt.wantErr)
 			}
-			if diff := cmp.Diff(tt.wantOut, out.String()); diff != "" {
+			got := out.String()
+			if strings.Contains(strings.Join(tt.args, " "), "yaml") {
+				// Only the start: the rest is the object, checked by TestGetJSON.
+				got = got[:min(len(got), len(tt.wantOut))]
+			}
+			if diff := cmp.Diff(tt.wantOut, got); diff != "" {
 				t.Errorf("output (-want +got):\n%s", diff)
 			}
 			if got := errOut.String(); got != tt.wantErrOut {
 				t.Errorf("stderr %q, want %q", got, tt.wantErrOut)
+			}
+		})
+	}
+}
+
+// TestTableCells checks the cells computed from a sandbox, for the states the listing above
+// does not show.
+func TestTableCells(t *testing.T) {
+	deleted := metav1.NewTime(now.Add(-time.Second))
+	tests := []struct {
+		name string
+		sb   sandboxv1alpha1.Sandbox
+		// want are the cells after NAME: PHASE, READY, POOL, EXPIRES, AGE, IMAGE, POD, NODE.
+		want []any
+	}{
+		{
+			name: "new: no status yet",
+			sb:   sandboxv1alpha1.Sandbox{},
+			want: []any{"Pending", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>"},
+		},
+		{
+			name: "expires in days",
+			sb: sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-90 * time.Second))},
+				Status:     sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhasePending, ExpiresAt: ptr.To(metav1.NewTime(now.Add(50 * time.Hour)))},
+			},
+			want: []any{"Pending", "0/1", "<none>", "2d2h", "90s", "<none>", "<none>", "<none>"},
+		},
+		{
+			name: "expires in seconds",
+			sb: sandboxv1alpha1.Sandbox{
+				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, ExpiresAt: ptr.To(metav1.NewTime(now.Add(42 * time.Second)))},
+			},
+			want: []any{"Running", "0/1", "<none>", "42s", "<unknown>", "<none>", "<none>", "<none>"},
+		},
+		{
+			name: "expiring now is expired",
+			sb: sandboxv1alpha1.Sandbox{
+				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, ExpiresAt: ptr.To(metav1.NewTime(now))},
+			},
+			want: []any{"Running", "0/1", "<none>", "expired", "<unknown>", "<none>", "<none>", "<none>"},
+		},
+		{
+			name: "deleted by a user is terminating",
+			sb: sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleted},
+				Status:     sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning},
+			},
+			want: []any{"Terminating", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>"},
+		},
+		{
+			name: "deleted because expired stays expired",
+			sb: sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleted},
+				Status:     sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseExpired, ExpiresAt: ptr.To(metav1.NewTime(now.Add(-time.Minute)))},
+			},
+			want: []any{"Expired", "0/1", "<none>", "expired", "<unknown>", "<none>", "<none>", "<none>"},
+		},
+		{
+			name: "pod not scheduled yet",
+			sb: sandboxv1alpha1.Sandbox{
+				Spec: sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](3), Template: template("busybox")},
+				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhasePending, Ready: 1, Pods: []sandboxv1alpha1.SandboxPodStatus{
+					{Replica: 2, Name: "p-2", NodeName: "n2"}, {Replica: 0, Name: "p-0"},
+				}},
+			},
+			want: []any{"Pending", "1/3", "<none>", "<none>", "<unknown>", "busybox", "p-0", "<none>"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			table := Table([]sandboxv1alpha1.Sandbox{tt.sb}, now)
+			if len(table.ColumnDefinitions) != 9 {
+				t.Fatalf("%d columns, want 9", len(table.ColumnDefinitions))
+			}
+			if diff := cmp.Diff(tt.want, table.Rows[0].Cells[1:]); diff != "" {
+				t.Errorf("cells (-want +got):\n%s", diff)
 			}
 		})
 	}

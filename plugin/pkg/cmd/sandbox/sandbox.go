@@ -1,5 +1,5 @@
 // Package sandbox is the root of kubectl-sandbox, the kubectl plugin for sandboxes of
-// sandbox.kube-sandbox.io: `kubectl sandbox create|get|list|exec|delete`.
+// sandbox.kube-sandbox.io: `kubectl sandbox create|get|list|exec|wait|renew|delete`.
 package sandbox
 
 import (
@@ -18,7 +18,9 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/delete"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/exec"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/get"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/renew"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/wait"
 )
 
 // displayName is how help refers to the root: kubectl runs kubectl-sandbox for `kubectl sandbox`.
@@ -26,17 +28,22 @@ const displayName = "kubectl sandbox"
 
 var (
 	sandboxLong = cmdutil.LongDesc(`
-		Create, inspect, run commands in and delete sandboxes.
+		Create, inspect, run commands in, renew and delete sandboxes.
 
 		A sandbox (sandboxes.sandbox.kube-sandbox.io) is an isolated, short-lived environment of
 		one or more pods that accept commands through the Kubernetes API. These commands use
 		the current kubeconfig context, like kubectl, and the same global options.`)
 
 	sandboxExample = cmdutil.Examples(`
-		# Create a sandbox, run a command in it and delete it
+		# Create a sandbox, run a command in it once it is running and delete it
 		kubectl sandbox create my-sandbox --image python:3.13-slim
+		kubectl sandbox wait my-sandbox
 		kubectl sandbox exec my-sandbox -- python -c 'print(6*7)'
 		kubectl sandbox delete my-sandbox
+
+		# Create a sandbox that expires in an hour, and later keep it for another hour
+		kubectl sandbox create scratch --image busybox --timeout 1h
+		kubectl sandbox renew scratch --for 1h
 
 		# List sandboxes in namespace agents
 		kubectl sandbox list -n agents`)
@@ -87,6 +94,8 @@ func NewCmdSandboxWithFactory(f cmdutil.Factory, streams genericiooptions.IOStre
 		get.NewCmdGet(f, streams),
 		get.NewCmdList(f, streams),
 		exec.NewCmdExec(f, streams, executor),
+		wait.NewCmdWait(f, streams),
+		renew.NewCmdRenew(f, streams),
 		delete.NewCmdDelete(f, streams),
 		newCmdOptions(streams),
 	)

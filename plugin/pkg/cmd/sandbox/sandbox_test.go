@@ -78,7 +78,7 @@ func TestExitCode(t *testing.T) {
 func TestHelp(t *testing.T) {
 	streams, _, _, _ := genericiooptions.NewTestIOStreams()
 	root := NewCmdSandbox(streams)
-	for _, name := range []string{"create", "exec", "get", "list", "delete"} {
+	for _, name := range []string{"create", "exec", "get", "list", "wait", "renew", "delete"} {
 		t.Run(name, func(t *testing.T) {
 			var sub *cobra.Command
 			for _, c := range root.Commands() {
@@ -130,7 +130,7 @@ func TestGlobalFlags(t *testing.T) {
 }
 
 // apiServer is a minimal sandbox API: it lists sandboxes of any namespace and knows none by
-// name.
+// name, nor their subresources.
 type apiServer struct {
 	mu    sync.Mutex
 	paths []string
@@ -138,7 +138,7 @@ type apiServer struct {
 
 func (s *apiServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	s.mu.Lock()
-	s.paths = append(s.paths, req.URL.Path)
+	s.paths = append(s.paths, req.Method+" "+req.URL.Path)
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	parts := strings.Split(strings.TrimPrefix(req.URL.Path, "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/"), "/")
@@ -150,7 +150,11 @@ func (s *apiServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		_ = json.NewEncoder(w).Encode(list)
 		return
 	}
-	status := apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes"), parts[len(parts)-1]).Status()
+	name := parts[len(parts)-1]
+	if len(parts) > 2 {
+		name = parts[2]
+	}
+	status := apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes"), name).Status()
 	status.APIVersion, status.Kind = "v1", "Status"
 	w.WriteHeader(http.StatusNotFound)
 	_ = json.NewEncoder(w).Encode(status)
@@ -190,11 +194,17 @@ current-context: ctx
 		wantPath string
 	}{
 		{name: "context namespace", args: []string{"list", "-o", "name"},
-			wantOut: "sandbox.sandbox.kube-sandbox.io/in-from-context\n", wantPath: "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes"},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/in-from-context\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes"},
 		{name: "namespace flag", args: []string{"get", "-n", "other", "-o", "name"},
-			wantOut: "sandbox.sandbox.kube-sandbox.io/in-other\n", wantPath: "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/other/sandboxes"},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/in-other\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/other/sandboxes"},
 		{name: "not found", args: []string{"delete", "ghost"},
-			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost"},
+			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost"},
+		{name: "renew posts to the subresource", args: []string{"renew", "ghost", "--for", "1h"},
+			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "POST /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost/renew"},
+		{name: "wait for a missing sandbox", args: []string{"wait", "ghost", "-n", "other"},
+			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/other/sandboxes/ghost"},
+		{name: "wait for the deletion of a missing sandbox", args: []string{"wait", "ghost", "--for=delete"},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/ghost condition met\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

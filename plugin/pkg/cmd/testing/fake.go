@@ -1,4 +1,5 @@
-// Package testing provides a Factory on the generated fake clientset for the commands' tests.
+// Package testing provides Factories for the commands' tests: on the generated fake clientset,
+// and on real clients of a test server.
 package testing
 
 import (
@@ -60,4 +61,34 @@ func (f *TestFactory) ToRESTConfig() (*rest.Config, error) {
 // SandboxClient implements cmdutil.Factory.
 func (f *TestFactory) SandboxClient() (clientset.Interface, error) {
 	return f.Clientset, nil
+}
+
+// ServerFactory is a cmdutil.Factory whose clients talk to a test server, for what the fake
+// clientset does not do: encode requests and stream watches over HTTP.
+type ServerFactory struct {
+	Ns         string
+	RESTConfig *rest.Config
+}
+
+var _ cmdutil.Factory = &ServerFactory{}
+
+// NewServerFactory returns a ServerFactory for the server at host, such as an httptest server's
+// URL.
+func NewServerFactory(host string) *ServerFactory {
+	return &ServerFactory{Ns: Namespace, RESTConfig: &rest.Config{Host: host}}
+}
+
+// Namespace implements cmdutil.Factory.
+func (f *ServerFactory) Namespace() (string, bool, error) {
+	return f.Ns, false, nil
+}
+
+// ToRESTConfig implements cmdutil.Factory.
+func (f *ServerFactory) ToRESTConfig() (*rest.Config, error) {
+	return rest.CopyConfig(f.RESTConfig), nil
+}
+
+// SandboxClient implements cmdutil.Factory.
+func (f *ServerFactory) SandboxClient() (clientset.Interface, error) {
+	return clientset.NewForConfig(rest.CopyConfig(f.RESTConfig))
 }

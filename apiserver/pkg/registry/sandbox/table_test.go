@@ -1,0 +1,224 @@
+package sandbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+)
+
+// cellsByName returns the cells of row keyed by their column's name.
+func cellsByName(t *testing.T, columns []metav1.TableColumnDefinition, row metav1.TableRow) map[string]interface{} {
+	t.Helper()
+	if len(row.Cells) != len(columns) {
+		t.Fatalf("row has %d cells for %d columns: %v", len(row.Cells), len(columns), row.Cells)
+	}
+	out := map[string]interface{}{}
+	for i, c := range columns {
+		out[c.Name] = row.Cells[i]
+	}
+	return out
+}
+
+func TestConvertToTableRows(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	tenDaysAgo := metav1.NewTime(now.Add(-10 * 24 * time.Hour))
+	inAnHour := metav1.NewTime(now.Add(time.Hour))
+	aMinuteAgo := metav1.NewTime(now.Add(-time.Minute))
+	tests := []struct {
+		name string
+		sbx  *sandboxv1alpha1.Sandbox
+		// want holds the cells of the named columns.
+		want map[string]interface{}
+	}{
+		{
+			name: "running with a pod",
+			sbx: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns", CreationTimestamp: tenDaysAgo},
+				Spec: sandboxv1alpha1.SandboxSpec{
+					Replicas: ptr.To[int32](3),
+					Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+						Containers: []corev1.Container{{Name: "main", Image: "python:3.11"}, {Name: "side", Image: "busybox"}},
+					}},
+				},
+				Status: sandboxv1alpha1.SandboxStatus{
+					Phase:     sandboxv1alpha1.PhaseRunning,
+					Ready:     2,
+					ExpiresAt: &inAnHour,
+					Pods: []sandboxv1alpha1.SandboxPodStatus{
+						{Replica: 0, Name: "demo-0", IP: "10.0.0.1", NodeName: "node-a"},
+						{Replica: 1, Name: "demo-1", IP: "10.0.0.2", NodeName: "node-b"},
+					},
+				},
+			},
+			want: map[string]interface{}{
+				"Name": "demo", "Phase": "Running", "Ready": "2/3", "Age": "10d", "Expires": "60m",
+				"Pod": "demo-0", "Node": "node-a", "Image": "python:3.11",
+			},
+		},
+		{
+			name: "new: no phase, no replicas, no timestamp, no pods, no expiry",
+			sbx: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "new"},
+				Spec: sandboxv1alpha1.SandboxSpec{Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{Name: "main", Image: "alpine"}},
+				}}},
+			},
+			want: map[string]interface{}{
+				"Name": "new", "Phase": "Pending", "Ready": "0/1", "Age": "<unknown>", "Expires": "<none>",
+				"Pod": "<none>", "Node": "<none>", "Image": "alpine",
+			},
+		},
+		{
+			name: "pod not scheduled yet",
+			sbx: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "starting", CreationTimestamp: aMinuteAgo},
+				Spec:       sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](0)},
+				Status: sandboxv1alpha1.SandboxStatus{
+					Phase: sandboxv1alpha1.PhasePending,
+					Pods:  []sandboxv1alpha1.SandboxPodStatus{{Replica: 0, Name: "starting-0"}},
+				},
+			},
+			want: map[string]interface{}{
+				"Name": "starting", "Phase": "Pending", "Ready": "0/0", "Age": "60s",
+				"Pod": "starting-0", "Node": "<none>", "Image": "<none>",
+			},
+		},
+		{
+			name: "expired, template without containers",
+			sbx: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "odd"},
+				Spec:       sandboxv1alpha1.SandboxSpec{Template: &corev1.PodTemplateSpec{}},
+				Status:     sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseTerminating, ExpiresAt: &aMinuteAgo},
+			},
+			want: map[string]interface{}{
+				"Name": "odd", "Phase": "Terminating", "Ready": "0/1", "Expires": "expired", "Image": "<none>",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := tableConvertor{clock: testingclock.NewFakePassiveClock(now)}
+			table, err := tc.ConvertToTable(context.Background(), tt.sbx, nil)
+			if err != nil {
+				t.Fatalf("ConvertToTable() error: %v", err)
+			}
+			if len(table.Rows) != 1 {
+				t.Fatalf("got %d rows, want 1", len(table.Rows))
+			}
+			cells := cellsByName(t, table.ColumnDefinitions, table.Rows[0])
+			got := map[string]interface{}{}
+			for col := range tt.want {
+				c, ok := cells[col]
+				if !ok {
+					t.Errorf("no column %q in %v", col, cells)
+				}
+				got[col] = c
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("cells (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(runtime.Object(tt.sbx), table.Rows[0].Object.Object); diff != "" {
+				t.Errorf("row object (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestConvertToTable(t *testing.T) {
+	sbx := func(name string) sandboxv1alpha1.Sandbox {
+		return sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "5"}}
+	}
+	remaining := ptr.To[int64](3)
+	tests := []struct {
+		name        string
+		obj         runtime.Object
+		opts        runtime.Object
+		wantHeaders bool
+		wantNames   []string
+		wantMeta    metav1.ListMeta
+	}{
+		{
+			name:        "a sandbox",
+			obj:         ptr.To(sbx("a")),
+			wantHeaders: true,
+			wantNames:   []string{"a"},
+			wantMeta:    metav1.ListMeta{ResourceVersion: "5"},
+		},
+		{
+			name: "a list",
+			obj: &sandboxv1alpha1.SandboxList{
+				ListMeta: metav1.ListMeta{ResourceVersion: "10", Continue: "next-page", RemainingItemCount: remaining},
+				Items:    []sandboxv1alpha1.Sandbox{sbx("a"), sbx("b")},
+			},
+			opts:        &metav1.TableOptions{},
+			wantHeaders: true,
+			wantNames:   []string{"a", "b"},
+			wantMeta:    metav1.ListMeta{ResourceVersion: "10", Continue: "next-page", RemainingItemCount: remaining},
+		},
+		{
+			name:     "an empty list",
+			obj:      &sandboxv1alpha1.SandboxList{ListMeta: metav1.ListMeta{ResourceVersion: "11"}},
+			opts:     &metav1.TableOptions{NoHeaders: true},
+			wantMeta: metav1.ListMeta{ResourceVersion: "11"},
+		},
+		{
+			name:      "a list without headers",
+			obj:       &sandboxv1alpha1.SandboxList{Items: []sandboxv1alpha1.Sandbox{sbx("a")}},
+			opts:      &metav1.TableOptions{NoHeaders: true},
+			wantNames: []string{"a"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			table, err := tableConvertor{}.ConvertToTable(context.Background(), tt.obj, tt.opts)
+			if err != nil {
+				t.Fatalf("ConvertToTable() error: %v", err)
+			}
+			var wantColumns []metav1.TableColumnDefinition
+			if tt.wantHeaders {
+				wantColumns = tableColumns
+			}
+			if diff := cmp.Diff(wantColumns, table.ColumnDefinitions); diff != "" {
+				t.Errorf("columns (-want +got):\n%s", diff)
+			}
+			var names []string
+			for _, row := range table.Rows {
+				names = append(names, cellsByName(t, tableColumns, row)["Name"].(string))
+			}
+			if diff := cmp.Diff(tt.wantNames, names); diff != "" {
+				t.Errorf("rows (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantMeta, table.ListMeta); diff != "" {
+				t.Errorf("list metadata (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestConvertToTableWrongType(t *testing.T) {
+	tests := []struct {
+		name string
+		obj  runtime.Object
+	}{
+		{name: "a pod", obj: &corev1.Pod{}},
+		{name: "a pod list", obj: &corev1.PodList{}},
+		{name: "exec options", obj: &sandboxv1alpha1.SandboxExecOptions{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			table, err := tableConvertor{}.ConvertToTable(context.Background(), tt.obj, nil)
+			if err == nil {
+				t.Errorf("ConvertToTable(%T) = %v, want an error", tt.obj, table)
+			}
+		})
+	}
+}

@@ -1,0 +1,288 @@
+package sandbox
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+)
+
+// validSandbox is a Sandbox every validation accepts; the cases below break one thing in it.
+func validSandbox() *sandboxv1alpha1.Sandbox {
+	return &sandboxv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns", Labels: map[string]string{"team": "a"}},
+		Spec: sandboxv1alpha1.SandboxSpec{
+			Replicas: ptr.To[int32](1),
+			Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "main", Image: "python:3.11"}},
+			}},
+			Entrypoint: []string{"python3", "-m", "http.server"},
+			Env:        []corev1.EnvVar{{Name: "GREETING", Value: "hi"}},
+		},
+	}
+}
+
+// fieldErr is what a test pins of a field.Error: where and what kind, not the wording.
+type fieldErr struct {
+	Type  field.ErrorType
+	Field string
+}
+
+func fieldErrs(errs field.ErrorList) []fieldErr {
+	var out []fieldErr
+	for _, e := range errs {
+		out = append(out, fieldErr{Type: e.Type, Field: e.Field})
+	}
+	return out
+}
+
+func TestValidateSandbox(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(*sandboxv1alpha1.Sandbox)
+		want   []fieldErr
+	}{
+		{
+			name:   "valid",
+			modify: func(*sandboxv1alpha1.Sandbox) {},
+		},
+		{
+			name:   "zero replicas is allowed",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Replicas = ptr.To[int32](0) },
+		},
+		{
+			name:   "the maximum of replicas is allowed",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Replicas = ptr.To[int32](1000) },
+		},
+		{
+			name:   "no entrypoint is allowed",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Entrypoint = nil },
+		},
+		{
+			// Create generates the name before it validates, as the generic registry does.
+			name: "generateName without a generated name",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Name = ""
+				s.GenerateName = "demo-"
+			},
+			want: []fieldErr{{field.ErrorTypeRequired, "metadata.name"}},
+		},
+		{
+			name:   "generateName that is not a DNS label prefix",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.GenerateName = "Demo_" },
+			want:   []fieldErr{{field.ErrorTypeInvalid, "metadata.generateName"}},
+		},
+		{
+			name: "only the first container needs an image",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.Template.Spec.Containers = append(s.Spec.Template.Spec.Containers, corev1.Container{Name: "side"})
+			},
+		},
+		{
+			name:   "name is not a DNS label",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Name = "Bad_Name" },
+			want:   []fieldErr{{field.ErrorTypeInvalid, "metadata.name"}},
+		},
+		{
+			name:   "name is a DNS subdomain but not a label",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Name = "a.b" },
+			want:   []fieldErr{{field.ErrorTypeInvalid, "metadata.name"}},
+		},
+		{
+			name:   "no name",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Name = "" },
+			want:   []fieldErr{{field.ErrorTypeRequired, "metadata.name"}},
+		},
+		{
+			name:   "no namespace",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Namespace = "" },
+			want:   []fieldErr{{field.ErrorTypeRequired, "metadata.namespace"}},
+		},
+		{
+			name:   "missing template",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Template = nil },
+			want:   []fieldErr{{field.ErrorTypeRequired, "spec.template"}},
+		},
+		{
+			name:   "no containers",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Template.Spec.Containers = nil },
+			want:   []fieldErr{{field.ErrorTypeRequired, "spec.template.spec.containers"}},
+		},
+		{
+			name:   "empty image of the first container",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Template.Spec.Containers[0].Image = "" },
+			want:   []fieldErr{{field.ErrorTypeRequired, "spec.template.spec.containers[0].image"}},
+		},
+		{
+			name:   "bad name of the first container",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Template.Spec.Containers[0].Name = "Bad_Name" },
+			want:   []fieldErr{{field.ErrorTypeInvalid, "spec.template.spec.containers[0].name"}},
+		},
+		{
+			name: "bad name of a later container",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.Template.Spec.Containers = append(s.Spec.Template.Spec.Containers, corev1.Container{Name: "side.car", Image: "busybox"})
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.template.spec.containers[1].name"}},
+		},
+		{
+			name:   "negative replicas",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Replicas = ptr.To[int32](-1) },
+			want:   []fieldErr{{field.ErrorTypeInvalid, "spec.replicas"}},
+		},
+		{
+			name:   "too many replicas",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Replicas = ptr.To[int32](1001) },
+			want:   []fieldErr{{field.ErrorTypeInvalid, "spec.replicas"}},
+		},
+		{
+			name: "reserved init container name",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.Template.Spec.InitContainers = []corev1.Container{
+					{Name: "setup", Image: "busybox"},
+					{Name: controlv1alpha1.ExecdInitContainerName, Image: "busybox"},
+				}
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.template.spec.initContainers[1].name"}},
+		},
+		{
+			name: "reserved volume name",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: controlv1alpha1.ExecdVolumeName}}
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.template.spec.volumes[0].name"}},
+		},
+		{
+			name: "invalid env name",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.Env = append(s.Spec.Env, corev1.EnvVar{Name: "1=BAD", Value: "x"})
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.env[1].name"}},
+		},
+		{
+			name: "reserved env name",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.Env = []corev1.EnvVar{{Name: controlv1alpha1.ExecdTokenEnv, Value: "stolen"}}
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.env[0].name"}},
+		},
+		{
+			name:   "empty entrypoint command",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Entrypoint = []string{"", "-c", "true"} },
+			want:   []fieldErr{{field.ErrorTypeInvalid, "spec.entrypoint[0]"}},
+		},
+		{
+			name: "every error is reported",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Name = "Bad_Name"
+				s.Spec.Replicas = ptr.To[int32](-1)
+				s.Spec.Template = nil
+				s.Spec.Entrypoint = []string{""}
+			},
+			want: []fieldErr{
+				{field.ErrorTypeInvalid, "metadata.name"},
+				{field.ErrorTypeInvalid, "spec.replicas"},
+				{field.ErrorTypeRequired, "spec.template"},
+				{field.ErrorTypeInvalid, "spec.entrypoint[0]"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sbx := validSandbox()
+			tt.modify(sbx)
+			errs := validateSandbox(sbx, Limits{})
+			if diff := cmp.Diff(tt.want, fieldErrs(errs)); diff != "" {
+				t.Errorf("validateSandbox() errors (-want +got):\n%s\nall errors: %v", diff, errs)
+			}
+		})
+	}
+}
+
+func TestSetDefaults(t *testing.T) {
+	tests := []struct {
+		name     string
+		replicas *int32
+		want     *int32
+	}{
+		{name: "unset replicas become 1", replicas: nil, want: ptr.To[int32](1)},
+		{name: "zero replicas are kept", replicas: ptr.To[int32](0), want: ptr.To[int32](0)},
+		{name: "set replicas are kept", replicas: ptr.To[int32](3), want: ptr.To[int32](3)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sbx := validSandbox()
+			sbx.Spec.Replicas = tt.replicas
+			want := validSandbox()
+			want.Spec.Replicas = tt.want
+			setDefaults(sbx)
+			if diff := cmp.Diff(want, sbx); diff != "" {
+				t.Errorf("setDefaults() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestValidateExecOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opts sandboxv1alpha1.SandboxExecOptions
+		want []fieldErr
+	}{
+		{
+			name: "valid",
+			opts: sandboxv1alpha1.SandboxExecOptions{Command: []string{"ls", "-l"}, Stdout: true},
+		},
+		{
+			name: "stdin alone is a stream",
+			opts: sandboxv1alpha1.SandboxExecOptions{Command: []string{"cat"}, Stdin: true, Replica: 2},
+		},
+		{
+			name: "stderr alone is a stream",
+			opts: sandboxv1alpha1.SandboxExecOptions{Command: []string{"ls"}, Stderr: true},
+		},
+		{
+			name: "no command",
+			opts: sandboxv1alpha1.SandboxExecOptions{Stdout: true},
+			want: []fieldErr{{field.ErrorTypeRequired, "command"}},
+		},
+		{
+			name: "empty command",
+			opts: sandboxv1alpha1.SandboxExecOptions{Command: []string{"", "x"}, Stdout: true},
+			want: []fieldErr{{field.ErrorTypeRequired, "command"}},
+		},
+		{
+			name: "no streams",
+			opts: sandboxv1alpha1.SandboxExecOptions{Command: []string{"ls"}, TTY: true},
+			want: []fieldErr{{field.ErrorTypeRequired, "stdout"}},
+		},
+		{
+			name: "negative replica",
+			opts: sandboxv1alpha1.SandboxExecOptions{Command: []string{"ls"}, Stdout: true, Replica: -1},
+			want: []fieldErr{{field.ErrorTypeInvalid, "replica"}},
+		},
+		{
+			name: "everything wrong",
+			opts: sandboxv1alpha1.SandboxExecOptions{Replica: -1},
+			want: []fieldErr{
+				{field.ErrorTypeRequired, "command"},
+				{field.ErrorTypeRequired, "stdout"},
+				{field.ErrorTypeInvalid, "replica"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			errs := validateExecOptions(&tt.opts)
+			if diff := cmp.Diff(tt.want, fieldErrs(errs)); diff != "" {
+				t.Errorf("validateExecOptions() errors (-want +got):\n%s\nall errors: %v", diff, errs)
+			}
+		})
+	}
+}

@@ -1,0 +1,367 @@
+package sandboxconn
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+)
+
+const (
+	testNS   = "ns"
+	testName = "demo"
+)
+
+// world is what the kube-apiserver holds for one sandbox with two replicas, replica 0 ready.
+type world struct {
+	bs     *controlv1alpha1.BatchSandbox
+	pod    *corev1.Pod
+	secret *corev1.Secret
+}
+
+func readyWorld() world {
+	return world{
+		bs: &controlv1alpha1.BatchSandbox{
+			ObjectMeta: metav1.ObjectMeta{Name: testName, Namespace: testNS},
+			Spec:       controlv1alpha1.BatchSandboxSpec{Replicas: ptr.To[int32](2)},
+			Status: controlv1alpha1.BatchSandboxStatus{
+				Phase: controlv1alpha1.PhasePending,
+				Pods: []controlv1alpha1.SandboxPodStatus{
+					{Replica: 0, Name: "demo-abc", IP: "10.0.0.7", Ready: true},
+				},
+			},
+		},
+		pod: &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:      "demo-abc",
+				Namespace: testNS,
+				Labels:    map[string]string{controlv1alpha1.LabelBatchSandbox: testName, controlv1alpha1.LabelReplica: "0"},
+			},
+			Status: corev1.PodStatus{
+				Phase: corev1.PodRunning,
+				PodIP: "10.0.0.7",
+				Conditions: []corev1.PodCondition{
+					{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+					{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+				},
+			},
+		},
+		secret: &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: controlv1alpha1.TokenSecretName(testName), Namespace: testNS},
+			Data:       map[string][]byte{controlv1alpha1.ExecdTokenKey: []byte("s3cret")},
+		},
+	}
+}
+
+func newResolver(t *testing.T, w world) *KubeResolver {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := controlv1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(s)
+	if w.bs != nil {
+		b = b.WithObjects(w.bs)
+	}
+	if w.pod != nil {
+		b = b.WithObjects(w.pod)
+	}
+	if w.secret != nil {
+		b = b.WithObjects(w.secret)
+	}
+	return &KubeResolver{Client: b.Build()}
+}
+
+// apiErr is what a test pins of an API error.
+type apiErr struct {
+	Code   int32
+	Reason metav1.StatusReason
+	Group  string
+	Kind   string
+	Name   string
+}
+
+func apiErrOf(t *testing.T, err error) apiErr {
+	t.Helper()
+	var statusErr apierrors.APIStatus
+	if !errors.As(err, &statusErr) {
+		t.Fatalf("got %T %v, want an API status error", err, err)
+	}
+	s := statusErr.Status()
+	out := apiErr{Code: s.Code, Reason: s.Reason}
+	if s.Details != nil {
+		out.Group, out.Kind, out.Name = s.Details.Group, s.Details.Kind, s.Details.Name
+	}
+	return out
+}
+
+func TestResolve(t *testing.T) {
+	notReady := &apiErr{Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable}
+	tests := []struct {
+		name    string
+		modify  func(*world)
+		replica int32
+		want    *Endpoint
+		wantErr *apiErr
+		// wantMessage are substrings of the error message.
+		wantMessage []string
+	}{
+		{
+			name: "ready",
+			want: &Endpoint{Host: "10.0.0.7:44771", Token: "s3cret", Pod: "demo-abc"},
+		},
+		{
+			name: "IPv6 pod",
+			modify: func(w *world) {
+				w.pod.Status.PodIP = "fd00::7"
+			},
+			want: &Endpoint{Host: "[fd00::7]:44771", Token: "s3cret", Pod: "demo-abc"},
+		},
+		{
+			name: "second replica",
+			modify: func(w *world) {
+				w.bs.Status.Pods = []controlv1alpha1.SandboxPodStatus{{Replica: 0, Name: "other"}, {Replica: 1, Name: "demo-abc"}}
+			},
+			replica: 1,
+			want:    &Endpoint{Host: "10.0.0.7:44771", Token: "s3cret", Pod: "demo-abc"},
+		},
+		{
+			name:    "unset replicas mean one",
+			modify:  func(w *world) { w.bs.Spec.Replicas = nil },
+			replica: 0,
+			want:    &Endpoint{Host: "10.0.0.7:44771", Token: "s3cret", Pod: "demo-abc"},
+		},
+		{
+			name:        "missing BatchSandbox",
+			modify:      func(w *world) { w.bs = nil },
+			wantErr:     &apiErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: testName},
+			wantMessage: []string{`sandboxes.sandbox.kube-sandbox.io "demo" not found`},
+		},
+		{
+			name: "being deleted",
+			modify: func(w *world) {
+				w.bs.Finalizers = []string{"example.com/keep"}
+				w.bs.DeletionTimestamp = ptr.To(metav1.NewTime(time.Unix(1700000000, 0)))
+			},
+			wantErr:     &apiErr{Code: http.StatusConflict, Reason: metav1.StatusReasonConflict, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: testName},
+			wantMessage: []string{"being deleted"},
+		},
+		{
+			name:        "replica equal to replicas",
+			replica:     2,
+			wantErr:     &apiErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
+			wantMessage: []string{`sandbox "demo" has 2 replica(s); replica 2 does not exist`},
+		},
+		{
+			name:        "replica of a sandbox scaled to zero",
+			modify:      func(w *world) { w.bs.Spec.Replicas = ptr.To[int32](0) },
+			replica:     0,
+			wantErr:     &apiErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
+			wantMessage: []string{"replica 0 does not exist"},
+		},
+		{
+			name:        "negative replica",
+			replica:     -1,
+			wantErr:     &apiErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
+			wantMessage: []string{"replica -1 does not exist"},
+		},
+		{
+			name:        "no pod in the status",
+			modify:      func(w *world) { w.bs.Status.Pods = nil },
+			wantErr:     notReady,
+			wantMessage: []string{`sandbox "demo" is not ready`, "replica 0 has no pod yet (phase Pending)"},
+		},
+		{
+			name: "no phase in the status reads Pending",
+			modify: func(w *world) {
+				w.bs.Status = controlv1alpha1.BatchSandboxStatus{}
+			},
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "(phase Pending)"},
+		},
+		{
+			name:        "pod only for another replica",
+			replica:     1,
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "replica 1 has no pod yet"},
+		},
+		{
+			name:        "pod missing",
+			modify:      func(w *world) { w.pod = nil },
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "pod demo-abc of replica 0 is gone"},
+		},
+		{
+			name: "pod not ready",
+			modify: func(w *world) {
+				w.pod.Status.Conditions[1].Status = corev1.ConditionFalse
+			},
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "pod demo-abc of replica 0 is Running and not ready"},
+		},
+		{
+			name: "pod without a Ready condition",
+			modify: func(w *world) {
+				w.pod.Status.Conditions = w.pod.Status.Conditions[:1]
+			},
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready"},
+		},
+		{
+			name:        "pod without an IP",
+			modify:      func(w *world) { w.pod.Status.PodIP = "" },
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "pod demo-abc"},
+		},
+		{
+			name: "pod labelled for another sandbox",
+			modify: func(w *world) {
+				w.pod.Labels[controlv1alpha1.LabelBatchSandbox] = "other"
+			},
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "pod demo-abc no longer belongs to the sandbox"},
+		},
+		{
+			name: "pod without the sandbox label",
+			modify: func(w *world) {
+				delete(w.pod.Labels, controlv1alpha1.LabelBatchSandbox)
+			},
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "no longer belongs to the sandbox"},
+		},
+		{
+			name:        "token secret missing",
+			modify:      func(w *world) { w.secret = nil },
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "its execd token is missing"},
+		},
+		{
+			name:        "token empty",
+			modify:      func(w *world) { w.secret.Data[controlv1alpha1.ExecdTokenKey] = nil },
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "its execd token is empty"},
+		},
+		{
+			name: "token under another key",
+			modify: func(w *world) {
+				w.secret.Data = map[string][]byte{"password": []byte("s3cret")}
+			},
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "its execd token is empty"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := readyWorld()
+			if tt.modify != nil {
+				tt.modify(&w)
+			}
+			got, err := newResolver(t, w).Resolve(context.Background(), testNS, testName, tt.replica)
+			if tt.wantErr == nil {
+				if err != nil {
+					t.Fatalf("Resolve() error: %v", err)
+				}
+				if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreFields(Endpoint{}, "Sandbox")); diff != "" {
+					t.Errorf("Resolve() (-want +got):\n%s", diff)
+				}
+				// The BatchSandbox as read, for auto-renew.
+				if got.Sandbox == nil || got.Sandbox.Namespace != testNS || got.Sandbox.Name != testName {
+					t.Errorf("Resolve().Sandbox = %+v, want the BatchSandbox %s/%s", got.Sandbox, testNS, testName)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Resolve() = %+v, want an error", got)
+			}
+			if diff := cmp.Diff(*tt.wantErr, apiErrOf(t, err)); diff != "" {
+				t.Errorf("Resolve() error %v (-want +got):\n%s", err, diff)
+			}
+			for _, s := range tt.wantMessage {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("message %q does not contain %q", err.Error(), s)
+				}
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("message %q contains the token", err.Error())
+			}
+		})
+	}
+}
+
+func TestResolveOtherNamespace(t *testing.T) {
+	_, err := newResolver(t, readyWorld()).Resolve(context.Background(), "other", testName, 0)
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("Resolve() in another namespace: %v, want NotFound", err)
+	}
+}
+
+func TestEndpointURL(t *testing.T) {
+	ep := &Endpoint{Host: "10.0.0.7:44771", Token: "s3cret", Pod: "demo-abc"}
+	tests := []struct {
+		name string
+		path string
+		q    url.Values
+		want url.Values
+	}{
+		{
+			name: "token only",
+			path: "/healthz",
+			q:    url.Values{},
+			want: url.Values{"token": {"s3cret"}},
+		},
+		{
+			name: "other params are kept",
+			path: "/exec",
+			q:    url.Values{"command": {"sh", "-c", "echo a&b=c"}, "output": {"1"}},
+			want: url.Values{"command": {"sh", "-c", "echo a&b=c"}, "output": {"1"}, "token": {"s3cret"}},
+		},
+		{
+			name: "a token from the caller is replaced",
+			path: "/exec",
+			q:    url.Values{"token": {"forged", "again"}},
+			want: url.Values{"token": {"s3cret"}},
+		},
+		{
+			name: "nil query",
+			path: "/healthz",
+			want: url.Values{"token": {"s3cret"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var u *url.URL
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("URL() panicked: %v", r)
+					}
+				}()
+				u = ep.URL(tt.path, tt.q)
+			}()
+			if u.Scheme != "http" || u.Host != "10.0.0.7:44771" || u.Path != tt.path {
+				t.Errorf("URL() = %s, want http://10.0.0.7:44771%s", u, tt.path)
+			}
+			if diff := cmp.Diff(tt.want, u.Query()); diff != "" {
+				t.Errorf("URL() query (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

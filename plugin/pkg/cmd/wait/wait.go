@@ -1,0 +1,391 @@
+// Package wait implements `kubectl sandbox wait`.
+package wait
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/klog/v2"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
+	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+)
+
+// defaultTimeout is long enough for a sandbox made from a cold template to pull its image and
+// start, and the same as delete's --timeout.
+const defaultTimeout = 60 * time.Second
+
+// forDelete is the --for value that waits for the sandboxes to be gone, as kubectl wait's.
+const forDelete = "delete"
+
+// phases are the phases --for accepts. Terminating is left out: it only ever ends in deletion,
+// which --for=delete waits for.
+var phases = []sandboxv1alpha1.SandboxPhase{
+	sandboxv1alpha1.PhasePending,
+	sandboxv1alpha1.PhaseRunning,
+	sandboxv1alpha1.PhaseFailed,
+	sandboxv1alpha1.PhaseExpired,
+}
+
+var (
+	waitLong = cmdutil.LongDesc(`
+		Wait for sandboxes to reach a phase, or to be deleted.
+
+		The command waits for each sandbox in turn until its phase is the one given with
+		--for (Pending, Running, Failed or Expired, in any case), or with --for=delete until
+		it is gone. Waiting for Running ends at once with an error, and the reason, when the
+		sandbox fails, expires or is deleted instead.
+
+		--timeout bounds the whole wait: zero checks once without waiting, a negative value
+		waits without limit.`)
+
+	waitExample = cmdutil.Examples(`
+		# Wait until sandbox my-sandbox is running
+		kubectl sandbox wait my-sandbox
+
+		# Wait up to five minutes for two sandboxes to be running
+		kubectl sandbox wait a b --for=Running --timeout=5m
+
+		# Wait until sandbox my-sandbox has been deleted
+		kubectl sandbox wait my-sandbox --for=delete
+
+		# Create a sandbox and run a command once it is ready
+		kubectl sandbox create my-sandbox --image busybox && kubectl sandbox wait my-sandbox && kubectl sandbox exec my-sandbox -- date`)
+)
+
+// WaitOptions are the inputs of `kubectl sandbox wait`.
+type WaitOptions struct {
+	PrintFlags *genericclioptions.PrintFlags
+	PrintObj   printers.ResourcePrinterFunc
+
+	Names   []string
+	For     string
+	Timeout time.Duration
+
+	// phase is the phase --for names, spelled as the API does; empty with --for=delete.
+	phase     sandboxv1alpha1.SandboxPhase
+	forDelete bool
+
+	Namespace string
+	Client    clientset.Interface
+
+	genericiooptions.IOStreams
+}
+
+// NewWaitOptions returns WaitOptions waiting for Running, with kubectl wait's output.
+func NewWaitOptions(streams genericiooptions.IOStreams) *WaitOptions {
+	return &WaitOptions{
+		PrintFlags: genericclioptions.NewPrintFlags("condition met").WithTypeSetter(scheme.Scheme),
+		For:        string(sandboxv1alpha1.PhaseRunning),
+		Timeout:    defaultTimeout,
+		IOStreams:  streams,
+	}
+}
+
+// NewCmdWait returns the `wait` command.
+func NewCmdWait(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewWaitOptions(streams)
+	cmd := &cobra.Command{
+		Use:                   "wait NAME... [--for=Running|Pending|Failed|Expired|delete] [--timeout=DURATION]",
+		DisableFlagsInUseLine: true,
+		Short:                 "Wait for sandboxes to reach a phase or be deleted",
+		Long:                  waitLong,
+		Example:               waitExample,
+		ValidArgsFunction:     cmdutil.SandboxNameCompletion(f, false),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f, cmd, args); err != nil {
+				return err
+			}
+			if err := o.Validate(cmd); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	o.PrintFlags.AddFlags(cmd)
+	cmd.Flags().StringVar(&o.For, "for", o.For, "What to wait for: a phase (Pending, Running, Failed or Expired; any case), or delete.")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long to wait for all the sandboxes (like 30s or 5m). Zero checks once without waiting; negative waits without limit.")
+	_ = cmd.RegisterFlagCompletionFunc("for", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		values := []string{forDelete}
+		for _, p := range phases {
+			values = append(values, string(p))
+		}
+		return values, cobra.ShellCompDirectiveNoFileComp
+	})
+	return cmd
+}
+
+// Complete takes the names, namespace, client and printer.
+func (o *WaitOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmdutil.UsageErrorf(cmd, "at least one sandbox NAME is required")
+	}
+	o.Names = nil
+	seen := map[string]bool{}
+	for _, name := range args {
+		if !seen[name] {
+			seen[name] = true
+			o.Names = append(o.Names, name)
+		}
+	}
+	var err error
+	if o.Namespace, _, err = f.Namespace(); err != nil {
+		return err
+	}
+	printer, err := o.PrintFlags.ToPrinter()
+	if err != nil {
+		return err
+	}
+	o.PrintObj = printer.PrintObj
+	if o.Client, err = f.SandboxClient(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Validate parses --for.
+func (o *WaitOptions) Validate(cmd *cobra.Command) error {
+	o.phase, o.forDelete = "", false
+	if strings.EqualFold(o.For, forDelete) {
+		o.forDelete = true
+		return nil
+	}
+	for _, p := range phases {
+		if strings.EqualFold(o.For, string(p)) {
+			o.phase = p
+			return nil
+		}
+	}
+	return cmdutil.UsageErrorf(cmd, "invalid --for %q: must be one of Pending, Running, Failed, Expired or delete", o.For)
+}
+
+// Run waits for each sandbox in turn, printing each as its condition is met. As kubectl wait,
+// it stops at the first that fails; the timeout bounds the whole run.
+func (o *WaitOptions) Run(ctx context.Context) error {
+	waitCtx := ctx
+	if o.Timeout > 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+	}
+	for _, name := range o.Names {
+		sb, err := o.waitFor(waitCtx, name)
+		if err != nil {
+			if waitCtx.Err() != nil && ctx.Err() == nil {
+				return fmt.Errorf("timed out waiting for the condition on sandboxes/%s", name)
+			}
+			return err
+		}
+		if err := o.PrintObj(sb, o.Out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitFor returns the sandbox once its condition is met, or the sandbox as it was last seen
+// when it is gone. It reads the sandbox, then watches it from there; if the server cannot
+// watch, it polls instead.
+func (o *WaitOptions) waitFor(ctx context.Context, name string) (*sandboxv1alpha1.Sandbox, error) {
+	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
+	sb, err := sandboxes.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case o.forDelete && apierrors.IsNotFound(err):
+		return o.gone(name), nil
+	case err != nil:
+		return nil, err
+	}
+	// With --for=delete the UID tells the sandbox from a new one of the same name, which ends
+	// the wait as kubectl wait's does.
+	uid := sb.UID
+	for {
+		if done, err := o.met(sb, uid); done || err != nil {
+			return sb, err
+		}
+		if o.Timeout == 0 {
+			return nil, fmt.Errorf("condition not met for sandboxes/%s", name)
+		}
+		last, done, err := o.watch(ctx, name, sb, uid)
+		var watchErr *watchError
+		switch {
+		case errors.As(err, &watchErr):
+			klog.FromContext(ctx).V(4).Info("Watch failed, polling instead", "sandbox", klog.KRef(o.Namespace, name), "err", watchErr.err)
+			return o.poll(ctx, name, uid)
+		case done || err != nil:
+			return last, err
+		}
+		// The watch ended (servers end watches after a while) or its resourceVersion is too
+		// old to watch from: read the sandbox again and watch from there.
+		sb, err = sandboxes.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case o.forDelete && apierrors.IsNotFound(err):
+			return last, nil
+		case apierrors.IsNotFound(err):
+			return nil, o.deleted(name)
+		case err != nil:
+			return nil, err
+		}
+	}
+}
+
+// watchError is a watch that failed, after which waitFor polls instead.
+type watchError struct {
+	err error
+}
+
+func (e *watchError) Error() string { return e.err.Error() }
+
+// watch watches the sandbox from last's resourceVersion until its condition is met (done),
+// it cannot be (an error), or the watch ends (neither). It returns the sandbox last seen.
+func (o *WaitOptions) watch(ctx context.Context, name string, last *sandboxv1alpha1.Sandbox, uid types.UID) (*sandboxv1alpha1.Sandbox, bool, error) {
+	w, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
+		ResourceVersion: last.ResourceVersion,
+	})
+	if err != nil {
+		return last, false, &watchError{err}
+	}
+	defer w.Stop()
+	events := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return last, false, ctx.Err()
+		case event, ok := <-w.ResultChan():
+			switch {
+			case !ok && ctx.Err() != nil:
+				return last, false, ctx.Err()
+			case !ok && events == 0:
+				// Ended before it said anything: a proxy on the way that does not keep watches
+				// open would make re-watching a busy loop.
+				return last, false, &watchError{errors.New("watch closed without events")}
+			case !ok:
+				return last, false, nil
+			}
+			events++
+			if event.Type == watch.Error {
+				err := apierrors.FromObject(event.Object)
+				if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+					return last, false, nil
+				}
+				return last, false, &watchError{err}
+			}
+			sb, ok := event.Object.(*sandboxv1alpha1.Sandbox)
+			if !ok || sb.Name != name {
+				// Bookmarks, and other sandboxes from a server that ignored the field selector.
+				continue
+			}
+			switch event.Type {
+			case watch.Deleted:
+				if o.forDelete {
+					return sb, true, nil
+				}
+				return sb, false, o.deleted(name)
+			case watch.Added, watch.Modified:
+				last = sb
+				if done, err := o.met(sb, uid); done || err != nil {
+					return sb, done, err
+				}
+			}
+		}
+	}
+}
+
+// poll reads the sandbox until its condition is met, for servers that cannot watch.
+func (o *WaitOptions) poll(ctx context.Context, name string, uid types.UID) (*sandboxv1alpha1.Sandbox, error) {
+	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
+	last := o.gone(name)
+	err := cmdutil.Poll(ctx, func(ctx context.Context) (bool, error) {
+		sb, err := sandboxes.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case o.forDelete && apierrors.IsNotFound(err):
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, o.deleted(name)
+		case err != nil:
+			return false, err
+		}
+		last = sb
+		return o.met(sb, uid)
+	})
+	return last, err
+}
+
+// met reports whether sb is in the phase waited for, or with --for=delete has been replaced
+// by a new sandbox of the same name. Waiting for Running fails when sb can no longer get there.
+func (o *WaitOptions) met(sb *sandboxv1alpha1.Sandbox, uid types.UID) (bool, error) {
+	if o.forDelete {
+		return sb.UID != uid, nil
+	}
+	phase := phaseOf(sb)
+	if phase == o.phase {
+		return true, nil
+	}
+	if o.phase == sandboxv1alpha1.PhaseRunning {
+		switch phase {
+		case sandboxv1alpha1.PhaseFailed:
+			return false, fmt.Errorf("sandbox %q failed%s", sb.Name, readyReason(sb))
+		case sandboxv1alpha1.PhaseExpired:
+			return false, fmt.Errorf("sandbox %q expired", sb.Name)
+		case sandboxv1alpha1.PhaseTerminating:
+			return false, fmt.Errorf("sandbox %q is being deleted", sb.Name)
+		}
+	}
+	return false, nil
+}
+
+// phaseOf is the phase as the server's table shows it: Pending until the controller has set
+// one, Terminating once deleted unless it is being deleted because it expired.
+func phaseOf(sb *sandboxv1alpha1.Sandbox) sandboxv1alpha1.SandboxPhase {
+	switch {
+	case sb.DeletionTimestamp != nil && sb.Status.Phase != sandboxv1alpha1.PhaseExpired:
+		return sandboxv1alpha1.PhaseTerminating
+	case sb.Status.Phase == "":
+		return sandboxv1alpha1.PhasePending
+	}
+	return sb.Status.Phase
+}
+
+// readyReason is ": REASON: MESSAGE" of the Ready condition when it is not true, so that a
+// failure says what to fix; empty without one.
+func readyReason(sb *sandboxv1alpha1.Sandbox) string {
+	for _, c := range sb.Status.Conditions {
+		if c.Type != "Ready" || c.Status == metav1.ConditionTrue {
+			continue
+		}
+		s := ""
+		if c.Reason != "" {
+			s += ": " + c.Reason
+		}
+		if c.Message != "" {
+			s += ": " + c.Message
+		}
+		return s
+	}
+	return ""
+}
+
+// deleted is the error of a sandbox that went away while waiting for a phase.
+func (o *WaitOptions) deleted(name string) error {
+	return fmt.Errorf("sandbox %q was deleted while waiting for phase %s", name, o.phase)
+}
+
+// gone is what is printed for a sandbox that no longer exists and was not seen before.
+func (o *WaitOptions) gone(name string) *sandboxv1alpha1.Sandbox {
+	return &sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: o.Namespace}}
+}
