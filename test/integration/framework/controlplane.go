@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,10 +41,23 @@ type process struct {
 	exited chan struct{}
 }
 
-// RepoRoot finds the repository root from this source file.
+// RepoRoot finds the repository root: the nearest directory above the working directory (a
+// test runs in its package's directory) with our go.mod. (Source file paths are no help: the
+// build uses -trimpath.)
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	dir, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil &&
+			strings.Contains(string(data), "module github.com/kube-sandbox/kube-sandbox\n") {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return dir
+		}
+	}
 }
 
 func clusterBin(name string) (string, error) {
