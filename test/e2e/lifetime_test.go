@@ -9,7 +9,7 @@ import (
 )
 
 // TestExpiry: a sandbox created with the shortest lifetime is gone shortly after its deadline.
-// It runs in parallel with the other tests, so the minute it takes overlaps them.
+// It runs in parallel with the other parallel tests, so the minute it takes overlaps theirs.
 func TestExpiry(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
@@ -84,6 +84,7 @@ func TestRenewAndAutoRenew(t *testing.T) {
 // roles (which kube-sandbox's roles aggregate into), bound in one namespace, for each verb and
 // subresource, in that namespace and another, through impersonation.
 func TestRBACMatrix(t *testing.T) {
+	t.Parallel()
 	home, away := newNamespace(t), newNamespace(t)
 	for _, ns := range []string{home, away} {
 		r := run(t, nil, "kubectl", "sandbox", "-n", ns, "create", "target", "--image", pythonImage, "--timeout", "10m")
