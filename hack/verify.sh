@@ -21,12 +21,14 @@ for m in . hack/tools/k8s hack/tools/etcd hack/tools/codegen; do
 done
 
 log "generated code"
-before=$(git status --porcelain)
+# Regenerate and compare with what was there (committed or not): stale means different.
+generated=(apiserver/apis controller/apis apiserver/pkg/generated artifacts/base/crds)
+snapshot() { find "${generated[@]}" -type f -print0 | sort -z | xargs -0 sha256sum; }
+before=$(snapshot)
 hack/update-codegen.sh >/dev/null
-after=$(git status --porcelain)
-if [ "$before" != "$after" ] || ! git diff --quiet -- apiserver/apis controller/apis apiserver/pkg/generated artifacts/base/crds; then
-	echo "generated code is stale; run make update and commit:"
-	git status --porcelain -- apiserver controller artifacts
+if [ "$before" != "$(snapshot)" ]; then
+	echo "generated code was stale (now regenerated; commit it):"
+	diff <(echo "$before") <(snapshot) | grep '^[<>]' | awk '{print $3}' | sort -u
 	fail=1
 fi
 

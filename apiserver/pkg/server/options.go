@@ -28,6 +28,8 @@ type Options struct {
 	Logs               *logsapi.LoggingConfiguration
 	// MaxSandboxTimeout bounds spec.timeoutSeconds and renewals.
 	MaxSandboxTimeout time.Duration
+	// MaxUploadBytes bounds uploads through the files subresource.
+	MaxUploadBytes int64
 }
 
 // NewOptions returns the defaults. The server stores nothing, so it has no etcd; admission and
@@ -37,6 +39,7 @@ func NewOptions() *Options {
 		RecommendedOptions: genericoptions.NewRecommendedOptions("", Codecs.LegacyCodec(sandboxv1alpha1.SchemeGroupVersion)),
 		Logs:               logsapi.NewLoggingConfiguration(),
 		MaxSandboxTimeout:  24 * time.Hour,
+		MaxUploadBytes:     1 << 30,
 	}
 	o.RecommendedOptions.Etcd = nil
 	o.RecommendedOptions.Admission = nil
@@ -57,6 +60,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	fss.FlagSet("sandboxes").DurationVar(&o.MaxSandboxTimeout, "max-sandbox-timeout", o.MaxSandboxTimeout,
 		"The longest lifetime a sandbox may ask for (spec.timeoutSeconds), and how far ahead a renewal may move its expiry. 0: no maximum.")
+	fss.FlagSet("sandboxes").Int64Var(&o.MaxUploadBytes, "max-upload-bytes", o.MaxUploadBytes,
+		"The largest file an upload through the files subresource may write (413 past it). 0: only sandbox-execd's own limit.")
 	return fss
 }
 
@@ -100,8 +105,9 @@ func (o *Options) Config() (*Config, error) {
 	return &Config{
 		GenericConfig: serverConfig,
 		ExtraConfig: ExtraConfig{
-			BackendConfig: serverConfig.ClientConfig,
-			Limits:        sandboxregistry.Limits{MaxTimeout: o.MaxSandboxTimeout},
+			BackendConfig:  serverConfig.ClientConfig,
+			Limits:         sandboxregistry.Limits{MaxTimeout: o.MaxSandboxTimeout},
+			MaxUploadBytes: o.MaxUploadBytes,
 		},
 	}, nil
 }

@@ -29,6 +29,8 @@ type ExtraConfig struct {
 	BackendConfig *restclient.Config
 	// Limits are the server-side bounds on sandboxes.
 	Limits sandboxregistry.Limits
+	// MaxUploadBytes bounds uploads through the files subresource; 0: no bound here.
+	MaxUploadBytes int64
 }
 
 // Config is the configuration of sandbox-apiserver.
@@ -86,17 +88,20 @@ func (c completedConfig) New() (*SandboxServer, error) {
 	limits := c.ExtraConfig.Limits
 	sandboxes := sandboxregistry.NewREST(backend, limits, clk)
 	renewer := sandboxregistry.NewRenewer(backend, clk)
+	access := sandboxregistry.Access{
+		Resolver:   &sandboxconn.KubeResolver{Client: backend},
+		Authorizer: c.GenericConfig.Authorization.Authorizer,
+		Transport:  podTransport(),
+		Renewer:    renewer,
+	}
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(sandboxv1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
 	apiGroupInfo.VersionedResourcesStorageMap[sandboxv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"sandboxes":        sandboxes,
 		"sandboxes/status": sandboxregistry.NewStatusREST(sandboxes),
 		"sandboxes/renew":  sandboxregistry.NewRenewREST(renewer, limits, clk),
-		"sandboxes/exec": &sandboxregistry.ExecREST{
-			Resolver:   &sandboxconn.KubeResolver{Client: backend},
-			Authorizer: c.GenericConfig.Authorization.Authorizer,
-			Transport:  podTransport(),
-			Renewer:    renewer,
-		},
+		"sandboxes/exec":   &sandboxregistry.ExecREST{Access: access},
+		"sandboxes/files":  &sandboxregistry.FilesREST{Access: access, MaxUploadBytes: c.ExtraConfig.MaxUploadBytes},
+		"sandboxes/proxy":  &sandboxregistry.ProxyREST{Access: access},
 	}
 	if err := genericServer.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err

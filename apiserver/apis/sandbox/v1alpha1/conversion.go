@@ -24,10 +24,37 @@ func addConversionFuncs(scheme *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := scheme.AddConversionFunc((*url.Values)(nil), (*SandboxFilesOptions)(nil),
+		func(a, b interface{}, _ conversion.Scope) error {
+			in, out := a.(*url.Values), b.(*SandboxFilesOptions)
+			out.Path = in.Get("path")
+			return replicaParam(in, &out.Replica)
+		}); err != nil {
+		return err
+	}
+	if err := scheme.AddConversionFunc((*url.Values)(nil), (*SandboxProxyOptions)(nil),
+		func(a, b interface{}, _ conversion.Scope) error {
+			in, out := a.(*url.Values), b.(*SandboxProxyOptions)
+			out.Path = in.Get("path")
+			return replicaParam(in, &out.Replica)
+		}); err != nil {
+		return err
+	}
 	return scheme.AddConversionFunc((*url.Values)(nil), (*SandboxExecOptions)(nil),
 		func(a, b interface{}, _ conversion.Scope) error {
 			return ConvertURLValuesToSandboxExecOptions(a.(*url.Values), b.(*SandboxExecOptions))
 		})
+}
+
+func replicaParam(in *url.Values, out *int32) error {
+	if v := in.Get("replica"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			return fmt.Errorf("query parameter %q: %q is not an integer", "replica", v)
+		}
+		*out = int32(n)
+	}
+	return nil
 }
 
 // ConvertURLValuesToSandboxExecOptions decodes exec query parameters. Unknown parameters are
@@ -56,12 +83,8 @@ func ConvertURLValuesToSandboxExecOptions(in *url.Values, out *SandboxExecOption
 	if err != nil {
 		return err
 	}
-	if v := in.Get("replica"); v != "" {
-		n, perr := strconv.ParseInt(v, 10, 32)
-		if perr != nil {
-			return fmt.Errorf("query parameter %q: %q is not an integer", "replica", v)
-		}
-		out.Replica = int32(n)
+	if err := replicaParam(in, &out.Replica); err != nil {
+		return err
 	}
 	if cmd, ok := (*in)["command"]; ok {
 		out.Command = append([]string(nil), cmd...)

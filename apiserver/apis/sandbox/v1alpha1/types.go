@@ -152,6 +152,38 @@ type SandboxRenewal struct {
 	ExtendSeconds *int64 `json:"extendSeconds,omitempty"`
 }
 
+// SandboxFilesOptions are the options of the files subresource:
+// /sandboxes/NAME/files/PATH. GET downloads a file (HTTP Range works) or lists a directory
+// (limit, continue, depth), PUT uploads (mode, mkdirs, type=dir), DELETE removes (recursive),
+// POST moves (moveTo). Other query parameters are passed to sandbox-execd as they are.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type SandboxFilesOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// path of the file in the sandbox, relative to its root.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// replica is the index of the replica. Defaults to 0.
+	// +optional
+	Replica int32 `json:"replica,omitempty"`
+}
+
+// SandboxProxyOptions are the options of the proxy subresource:
+// /sandboxes/NAME/proxy/PORT/PATH reaches HTTP and WebSocket servers in the sandbox.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type SandboxProxyOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// path is PORT/PATH: the port in the sandbox, then the path to request there.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// replica is the index of the replica. Defaults to 0.
+	// +optional
+	Replica int32 `json:"replica,omitempty"`
+}
+
 // SandboxExecOptions are the query parameters of the exec subresource. They follow
 // PodExecOptions so that client-go's remotecommand executors work unchanged.
 //

@@ -37,6 +37,11 @@ func (in SandboxExecOptions) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxFilesOptions) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxFilesOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxList) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxList"
 }
@@ -44,6 +49,11 @@ func (in SandboxList) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxPodStatus) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxPodStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxProxyOptions) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxProxyOptions"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

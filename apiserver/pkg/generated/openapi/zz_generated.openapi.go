@@ -38,8 +38,10 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.Sandbox{}.OpenAPIModelName():                      schema_apiserver_apis_sandbox_v1alpha1_Sandbox(ref),
 		v1alpha1.SandboxAutoRenew{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxAutoRenew(ref),
 		v1alpha1.SandboxExecOptions{}.OpenAPIModelName():           schema_apiserver_apis_sandbox_v1alpha1_SandboxExecOptions(ref),
+		v1alpha1.SandboxFilesOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxFilesOptions(ref),
 		v1alpha1.SandboxList{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxList(ref),
 		v1alpha1.SandboxPodStatus{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref),
+		v1alpha1.SandboxProxyOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxProxyOptions(ref),
 		v1alpha1.SandboxRenewal{}.OpenAPIModelName():               schema_apiserver_apis_sandbox_v1alpha1_SandboxRenewal(ref),
 		v1alpha1.SandboxSpec{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref),
 		v1alpha1.SandboxStatus{}.OpenAPIModelName():                schema_apiserver_apis_sandbox_v1alpha1_SandboxStatus(ref),
@@ -494,6 +496,47 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxExecOptions(ref common.Refere
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxFilesOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxFilesOptions are the options of the files subresource: /sandboxes/NAME/files/PATH. GET downloads a file (HTTP Range works) or lists a directory (limit, continue, depth), PUT uploads (mode, mkdirs, type=dir), DELETE removes (recursive), POST moves (moveTo). Other query parameters are passed to sandbox-execd as they are.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"path": {
+						SchemaProps: spec.SchemaProps{
+							Description: "path of the file in the sandbox, relative to its root.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"replica": {
+						SchemaProps: spec.SchemaProps{
+							Description: "replica is the index of the replica. Defaults to 0.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxList(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -601,6 +644,47 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref common.Referenc
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxProxyOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxProxyOptions are the options of the proxy subresource: /sandboxes/NAME/proxy/PORT/PATH reaches HTTP and WebSocket servers in the sandbox.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"path": {
+						SchemaProps: spec.SchemaProps{
+							Description: "path is PORT/PATH: the port in the sandbox, then the path to request there.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"replica": {
+						SchemaProps: spec.SchemaProps{
+							Description: "replica is the index of the replica. Defaults to 0.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxRenewal(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -671,7 +755,7 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref common.ReferenceCall
 					},
 					"entrypoint": {
 						SchemaProps: spec.SchemaProps{
-							Description: "entrypoint is the command the sandbox container runs, replacing the image's. Without it the container runs only sandbox-execd and waits for commands.",
+							Description: "entrypoint is the command the sandbox container runs under sandbox-execd. Without it, the container's command and args from the template; without those, execd alone, waiting for commands. (The image's own ENTRYPOINT is not known here: a template container that sets args sets command too.)",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

@@ -22,15 +22,42 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
 )
 
-// ExecREST implements the exec subresource: the pods/exec streaming protocol, streamed to
-// execd in the sandbox pod, never through the kubelet.
-type ExecREST struct {
+// Access is what the streaming subresources share: who may use a sandbox, where its pods are,
+// and auto-renew on use.
+type Access struct {
 	Resolver   sandboxconn.Resolver
 	Authorizer authorizer.Authorizer
-	// Transport dials execd in the pods.
+	// Transport dials the pods.
 	Transport http.RoundTripper
 	// Renewer extends the expiry of sandboxes that ask for auto-renew; nil: none.
 	Renewer *Renewer
+}
+
+// open authorizes the caller to create the subresource, whatever the HTTP method (a WebSocket
+// or a download arrives as GET, which RBAC would authorize as "get"; using a sandbox is a
+// "create", as kube-apiserver enforces for pods/exec), finds the replica's execd, and counts
+// the access for auto-renew.
+func (a *Access) open(ctx context.Context, name string, replica int32) (*sandboxconn.Endpoint, error) {
+	if err := ensureAuthorizedForVerb(ctx, a.Authorizer, "create"); err != nil {
+		return nil, err
+	}
+	if replica < 0 {
+		return nil, apierrors.NewBadRequest("replica must not be negative")
+	}
+	ep, err := a.Resolver.Resolve(ctx, genericapirequest.NamespaceValue(ctx), name, replica)
+	if err != nil {
+		return nil, err
+	}
+	if a.Renewer != nil && ep.Sandbox != nil {
+		a.Renewer.Touch(ctx, ep.Sandbox)
+	}
+	return ep, nil
+}
+
+// ExecREST implements the exec subresource: the pods/exec streaming protocol, streamed to
+// execd in the sandbox pod, never through the kubelet.
+type ExecREST struct {
+	Access
 }
 
 var _ rest.Connecter = &ExecREST{}
@@ -54,11 +81,6 @@ func (r *ExecREST) ConnectMethods() []string { return upgradeableMethods }
 
 // Connect implements rest.Connecter.
 func (r *ExecREST) Connect(ctx context.Context, name string, opts runtime.Object, responder rest.Responder) (http.Handler, error) {
-	// A WebSocket exec arrives as a GET, which RBAC would authorize as "get"; running commands
-	// is a "create", as kube-apiserver enforces for pods/exec.
-	if err := ensureAuthorizedForVerb(ctx, r.Authorizer, "create"); err != nil {
-		return nil, err
-	}
 	execOpts, ok := opts.(*sandboxv1alpha1.SandboxExecOptions)
 	if !ok {
 		return nil, apierrors.NewInternalError(fmt.Errorf("invalid options object: %T", opts))
@@ -66,12 +88,9 @@ func (r *ExecREST) Connect(ctx context.Context, name string, opts runtime.Object
 	if errs := validateExecOptions(execOpts); len(errs) > 0 {
 		return nil, apierrors.NewBadRequest(errs.ToAggregate().Error())
 	}
-	ep, err := r.Resolver.Resolve(ctx, genericapirequest.NamespaceValue(ctx), name, execOpts.Replica)
+	ep, err := r.open(ctx, name, execOpts.Replica)
 	if err != nil {
 		return nil, err
-	}
-	if r.Renewer != nil && ep.Sandbox != nil {
-		r.Renewer.Touch(ctx, ep.Sandbox)
 	}
 
 	q := url.Values{"command": execOpts.Command}
