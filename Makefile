@@ -48,6 +48,10 @@ test-integration: ## Integration tests against a real etcd + kube-apiserver.
 test-e2e: ## End-to-end tests on the real local cluster (brings it up when it is not).
 	hack/e2e.sh
 
+.PHONY: bench
+bench: build ## Benchmarks on the local cluster (a markdown table; figures, not assertions).
+	hack/bench.sh
+
 .PHONY: verify
 verify: ## Check formatting, vet, go.mod tidiness and that generated code is up to date.
 	hack/verify.sh

@@ -125,14 +125,20 @@ func newServeCommand() *cobra.Command {
 	listen := DefaultListenAddr
 	tokenEnv := TokenEnv
 	idleTimeout := DefaultStreamIdleTimeout
+	filesRoot := "/"
+	maxUpload := int64(DefaultMaxUploadBytes)
 	cmd := &cobra.Command{
 		Use:   "serve [flags] [-- ENTRYPOINT [ARG...]]",
 		Short: "Run ENTRYPOINT and serve exec sessions until it exits",
 		Long: `serve serves exec sessions at ` + ExecPath + ` on --listen (plain HTTP/1.1, the
 SPDY and websocket remote command protocols kubelet speaks) and unauthenticated
-probes at ` + HealthzPath + ` and ` + ReadyzPath + `.
+probes at ` + HealthzPath + ` and ` + ReadyzPath + `, and Prometheus metrics at ` + MetricsPath + `.
 
-Every exec request must carry "Authorization: Bearer <token>", where the token
+The files API at ` + FilesPath + `PATH reads (GET), writes (PUT), deletes (DELETE)
+and moves (POST ?moveTo=) files under --files-root; uploads are atomic and
+capped by --max-upload-bytes.
+
+Every exec and files request must carry "Authorization: Bearer <token>", where the token
 is read from the environment variable named by --token-env. serve refuses to
 start without a token, and removes the variable from its environment before
 starting anything, so neither the entrypoint nor exec'd commands see it.
@@ -159,7 +165,8 @@ When it runs as PID 1, serve also reaps orphaned processes.`,
 				// variable's name known.
 				return &ExitError{Code: 1, Err: fmt.Errorf("exec token is empty: set $%s; execd does not serve exec sessions without authentication", tokenEnv)}
 			}
-			cfg := ServeConfig{ListenAddr: listen, Token: token, Entrypoint: args, StreamIdleTimeout: idleTimeout}
+			cfg := ServeConfig{ListenAddr: listen, Token: token, Entrypoint: args, StreamIdleTimeout: idleTimeout,
+				FilesRoot: filesRoot, MaxUploadBytes: maxUpload}
 
 			var signals chan os.Signal
 			if len(args) > 0 {
@@ -183,5 +190,7 @@ When it runs as PID 1, serve also reaps orphaned processes.`,
 	cmd.Flags().StringVar(&listen, "listen", listen, "Address (host:port) to serve exec sessions and probes on.")
 	cmd.Flags().StringVar(&tokenEnv, "token-env", tokenEnv, "Environment variable holding the bearer token exec requests must present.")
 	cmd.Flags().DurationVar(&idleTimeout, "stream-idle-timeout", idleTimeout, "Close exec connections without traffic for this long (0: never).")
+	cmd.Flags().StringVar(&filesRoot, "files-root", filesRoot, "Directory the files API ("+FilesPath+") serves; no path may leave it. Empty disables the files API.")
+	cmd.Flags().Int64Var(&maxUpload, "max-upload-bytes", maxUpload, "Largest file upload accepted, in bytes (0: no limit).")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,11 @@ type ServeConfig struct {
 	Entrypoint []string
 	// StreamIdleTimeout closes exec connections idle this long; 0 disables.
 	StreamIdleTimeout time.Duration
+	// FilesRoot is the directory the files API serves, normally "/" (the
+	// container's filesystem); "" disables the files API.
+	FilesRoot string
+	// MaxUploadBytes caps one file upload; 0 means no cap.
+	MaxUploadBytes int64
 }
 
 // Validate reports every problem with the configuration at once.
@@ -49,6 +55,13 @@ func (c ServeConfig) Validate() error {
 	}
 	if c.StreamIdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("stream idle timeout %v is negative", c.StreamIdleTimeout))
+	}
+	if c.FilesRoot != "" && !filepath.IsAbs(c.FilesRoot) {
+		// Relative to what? execd's working directory is the entrypoint's.
+		errs = append(errs, fmt.Errorf("files root %q is not an absolute path", c.FilesRoot))
+	}
+	if c.MaxUploadBytes < 0 {
+		errs = append(errs, fmt.Errorf("max upload bytes %d is negative", c.MaxUploadBytes))
 	}
 	return errors.Join(errs...)
 }

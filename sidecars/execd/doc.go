@@ -10,6 +10,11 @@
 // kubelet's streaming server speaks, so client-go's remotecommand executors
 // work against execd as they do against kubelet. Each request must carry the
 // sandbox's token as a bearer token.
+//
+// execd also serves the files API at FilesPath (see api.go): downloads with
+// Range support, paged listings, atomic uploads, mkdir, delete and move, all
+// resolved through an os.Root so that no path or symlink leaves the files
+// root. Prometheus metrics are at MetricsPath.
 package execd
 
 import (

@@ -424,6 +424,8 @@ func TestHTTPEndpoints(t *testing.T) {
 		{name: "exec without command", method: http.MethodPost, path: ExecPath + "?output=1", auth: true, wantStatus: http.StatusBadRequest},
 		{name: "exec with empty command", method: http.MethodPost, path: ExecPath + "?command=&output=1", auth: true, wantStatus: http.StatusBadRequest},
 		{name: "exec without streams", method: http.MethodPost, path: ExecPath + "?command=true", auth: true, wantStatus: http.StatusBadRequest},
+		{name: "metrics need no token", method: http.MethodGet, path: MetricsPath, wantStatus: http.StatusOK},
+		{name: "files need a token", method: http.MethodGet, path: FilesPath, wantStatus: http.StatusUnauthorized},
 		{name: "exec wrong method", method: http.MethodPut, path: ExecPath + "?command=true&output=1", auth: true, wantStatus: http.StatusMethodNotAllowed},
 	}
 	for _, tt := range tests {
@@ -606,6 +608,9 @@ func TestServeConfigValidate(t *testing.T) {
 		{name: "listen host invalid", mutate: func(c *ServeConfig) { c.ListenAddr = "bad host:1" }, wantErr: "host"},
 		{name: "empty entrypoint command", mutate: func(c *ServeConfig) { c.Entrypoint = []string{""} }, wantErr: "entrypoint"},
 		{name: "negative idle timeout", mutate: func(c *ServeConfig) { c.StreamIdleTimeout = -time.Second }, wantErr: "negative"},
+		{name: "valid files settings", mutate: func(c *ServeConfig) { c.FilesRoot, c.MaxUploadBytes = "/", DefaultMaxUploadBytes }},
+		{name: "relative files root", mutate: func(c *ServeConfig) { c.FilesRoot = "data" }, wantErr: "files root"},
+		{name: "negative upload limit", mutate: func(c *ServeConfig) { c.MaxUploadBytes = -1 }, wantErr: "max upload bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,9 +7,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -27,14 +29,23 @@ type HandlerConfig struct {
 	// StreamIdleTimeout closes an exec connection without traffic for this
 	// long (0: never), as kubelet's streaming server does.
 	StreamIdleTimeout time.Duration
+	// FilesRoot is the directory the files API serves (see FilesPath); ""
+	// disables the files API.
+	FilesRoot string
+	// MaxUploadBytes caps a file upload; 0 means no cap.
+	MaxUploadBytes int64
 }
 
-// Handler serves execd's HTTP API: the exec endpoint and health probes.
+// Handler serves execd's HTTP API: the exec endpoint, the files API, metrics
+// and health probes.
 type Handler struct {
 	mux               *http.ServeMux
 	tokenSum          [sha256.Size]byte
 	executor          remotecommand.Executor
 	streamIdleTimeout time.Duration
+	filesRoot         *os.Root
+	maxUploadBytes    int64
+	metrics           *metrics
 
 	// Exec connections are hijacked, so http.Server.Shutdown neither waits
 	// for them nor ends them; the handler owns them instead.
@@ -53,25 +64,54 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if cfg.Executor == nil {
 		return nil, errors.New("an executor is required")
 	}
+	if cfg.MaxUploadBytes < 0 {
+		return nil, errors.New("the upload limit must not be negative")
+	}
+	var filesRoot *os.Root
+	if cfg.FilesRoot != "" {
+		var err error
+		if filesRoot, err = os.OpenRoot(cfg.FilesRoot); err != nil {
+			return nil, fmt.Errorf("opening the files root: %w", err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		mux:               http.NewServeMux(),
 		tokenSum:          sha256.Sum256([]byte(cfg.Token)),
 		executor:          cfg.Executor,
 		streamIdleTimeout: cfg.StreamIdleTimeout,
+		filesRoot:         filesRoot,
+		maxUploadBytes:    cfg.MaxUploadBytes,
+		metrics:           newMetrics(),
 		sessionsCtx:       ctx,
 		cancelSessions:    cancel,
 	}
 	// GET for websocket clients, POST for SPDY ones (kubectl's default).
-	h.mux.HandleFunc("GET "+ExecPath, h.serveExec)
-	h.mux.HandleFunc("POST "+ExecPath, h.serveExec)
-	h.mux.HandleFunc("GET "+HealthzPath, serveOK)
-	h.mux.HandleFunc("GET "+ReadyzPath, serveOK)
+	exec := h.metrics.instrument("exec", h.serveExec)
+	h.mux.HandleFunc("GET "+ExecPath, exec)
+	h.mux.HandleFunc("POST "+ExecPath, exec)
+	h.mux.HandleFunc("GET "+HealthzPath, h.metrics.instrument("healthz", serveOK))
+	h.mux.HandleFunc("GET "+ReadyzPath, h.metrics.instrument("readyz", serveOK))
+	h.mux.Handle("GET "+MetricsPath, h.metrics.handler())
 	return h, nil
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	// The files API bypasses the mux: the mux would clean ".." out of the
+	// path and redirect, and the files API refuses such paths instead.
+	if p := req.URL.Path; p == strings.TrimSuffix(FilesPath, "/") || strings.HasPrefix(p, FilesPath) {
+		h.serveFiles(w, req)
+		return
+	}
 	h.mux.ServeHTTP(w, req)
+}
+
+// Close releases the files root. Call it after the server stopped.
+func (h *Handler) Close() error {
+	if h.filesRoot == nil {
+		return nil
+	}
+	return h.filesRoot.Close()
 }
 
 // StopSessions refuses new exec sessions, kills the running ones and waits

@@ -53,10 +53,14 @@ func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int,
 	}
 
 	executor := NewExecutor(r)
-	handler, err := NewHandler(HandlerConfig{Token: cfg.Token, Executor: executor, StreamIdleTimeout: cfg.StreamIdleTimeout})
+	handler, err := NewHandler(HandlerConfig{
+		Token: cfg.Token, Executor: executor, StreamIdleTimeout: cfg.StreamIdleTimeout,
+		FilesRoot: cfg.FilesRoot, MaxUploadBytes: cfg.MaxUploadBytes,
+	})
 	if err != nil {
 		return 1, err
 	}
+	defer func() { _ = handler.Close() }()
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return 1, fmt.Errorf("listening for exec sessions: %w", err)

@@ -66,6 +66,8 @@ func (r *FilesREST) Connect(ctx context.Context, name string, opts runtime.Objec
 			}
 		}
 		location := ep.URL("/files/"+strings.TrimPrefix(fileOpts.Path, "/"), q)
+		// The proxy handler sends the request's own query string, not the location's.
+		req.URL.RawQuery = location.RawQuery
 		h := proxy.NewUpgradeAwareHandler(location, r.Transport, false, false, proxy.NewErrorResponder(responder))
 		stripCallerCredentials(h).ServeHTTP(w, req)
 	}), nil

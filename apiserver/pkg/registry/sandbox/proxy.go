@@ -74,6 +74,8 @@ func (r *ProxyREST) Connect(ctx context.Context, name string, opts runtime.Objec
 			Path:     "/" + path,
 			RawQuery: q.Encode(),
 		}
+		// The proxy handler sends the request's own query string, not the location's.
+		req.URL.RawQuery = location.RawQuery
 		h := proxy.NewUpgradeAwareHandler(location, r.Transport, false, false, proxy.NewErrorResponder(responder))
 		h.UseLocationHost = true
 		stripCallerCredentials(h).ServeHTTP(w, req)

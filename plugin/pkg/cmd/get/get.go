@@ -130,11 +130,11 @@ func newCmdList(f cmdutil.Factory, o *GetOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:                   "list [-o wide|json|yaml|name] [-l SELECTOR] [-A]",
 		DisableFlagsInUseLine: true,
-		Aliases:               []string{"ls"},
-		Short:                 "List sandboxes",
-		Long:                  listLong,
-		Example:               listExample,
-		ValidArgsFunction:     cobra.NoFileCompletions,
+		// No "ls" alias: `kubectl sandbox ls` lists the files of a sandbox.
+		Short:             "List sandboxes",
+		Long:              listLong,
+		Example:           listExample,
+		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return cmdutil.UsageErrorf(cmd, "list takes no arguments; use 'get NAME' for named sandboxes")

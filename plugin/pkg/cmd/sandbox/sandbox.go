@@ -1,5 +1,5 @@
 // Package sandbox is the root of kubectl-sandbox, the kubectl plugin for sandboxes of
-// sandbox.kube-sandbox.io: `kubectl sandbox create|get|list|exec|wait|renew|delete`.
+// sandbox.kube-sandbox.io: `kubectl sandbox create|get|list|exec|cp|ls|port-forward|wait|renew|delete`.
 package sandbox
 
 import (
@@ -14,10 +14,13 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/cp"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/create"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/delete"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/exec"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/get"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/ls"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/portforward"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/renew"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/wait"
@@ -28,7 +31,7 @@ const displayName = "kubectl sandbox"
 
 var (
 	sandboxLong = cmdutil.LongDesc(`
-		Create, inspect, run commands in, renew and delete sandboxes.
+		Create, inspect, run commands in, copy files to and from, renew and delete sandboxes.
 
 		A sandbox (sandboxes.sandbox.kube-sandbox.io) is an isolated, short-lived environment of
 		one or more pods that accept commands through the Kubernetes API. These commands use
@@ -39,6 +42,8 @@ var (
 		kubectl sandbox create my-sandbox --image python:3.13-slim
 		kubectl sandbox wait my-sandbox
 		kubectl sandbox exec my-sandbox -- python -c 'print(6*7)'
+		kubectl sandbox cp ./data my-sandbox:data
+		kubectl sandbox port-forward my-sandbox 8888
 		kubectl sandbox delete my-sandbox
 
 		# Create a sandbox that expires in an hour, and later keep it for another hour
@@ -94,6 +99,9 @@ func NewCmdSandboxWithFactory(f cmdutil.Factory, streams genericiooptions.IOStre
 		get.NewCmdGet(f, streams),
 		get.NewCmdList(f, streams),
 		exec.NewCmdExec(f, streams, executor),
+		cp.NewCmdCp(f, streams),
+		ls.NewCmdLs(f, streams),
+		portforward.NewCmdPortForward(f, streams),
 		wait.NewCmdWait(f, streams),
 		renew.NewCmdRenew(f, streams),
 		delete.NewCmdDelete(f, streams),

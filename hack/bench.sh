@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# bench.sh (make bench): benchmarks on the real local cluster, brought up (make up) when it is
+# not; prints a markdown table (also saved to _output/bench.md). Figures, not assertions.
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+LOG_PREFIX=bench
+need_root
+cd "$ROOT"
+"$ROOT/hack/up.sh" >/dev/null
+log "running test/bench (exec round trips, exec throughput, files vs kubectl cp)"
+KUBECONFIG=$ADMIN_KUBECONFIG go run ./test/bench "$@" | tee "$OUT/bench.md"

@@ -1,0 +1,192 @@
+// Package sandboxserver is a stand-in for the sandbox API server in tests of the files and
+// proxy subresources: the files subresource is served by execd's own handler over a temporary
+// directory, as the real server proxies it, and the proxy subresource echoes HTTP requests and
+// upgraded connections.
+package sandboxserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd"
+)
+
+// UserToken is the bearer token the server accepts; a ServerFactory's config must carry it.
+const UserToken = "user-token"
+
+// execdToken is what the server presents to execd, as the real one presents the sandbox's.
+const execdToken = "execd-token"
+
+// Prefix is the path of the namespaces of the sandbox API.
+const Prefix = "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/"
+
+// Request is what the server received.
+type Request struct {
+	Method string
+	// Path is the escaped path, RawQuery the query as sent.
+	Path     string
+	RawQuery string
+	Header   http.Header
+}
+
+// Echo is the proxy subresource's reply to a plain HTTP request.
+type Echo struct {
+	Method        string `json:"method"`
+	Path          string `json:"path"`
+	RawQuery      string `json:"rawQuery"`
+	Authorization string `json:"authorization"`
+	Cookie        string `json:"cookie"`
+}
+
+// Server is the stand-in API server.
+type Server struct {
+	*httptest.Server
+	// Root is the files root of every sandbox it knows.
+	Root string
+	// Namespace and Sandboxes are the sandboxes it knows; others are not found.
+	Namespace string
+	Sandboxes []string
+
+	execd *execd.Handler
+
+	mu       sync.Mutex
+	requests []Request
+}
+
+// New starts a Server knowing the sandboxes of namespace, closed when the test ends.
+func New(t testing.TB, namespace string, sandboxes ...string) *Server {
+	t.Helper()
+	root := t.TempDir()
+	h, err := execd.NewHandler(execd.HandlerConfig{Token: execdToken, Executor: noExec{}, FilesRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Root: root, Namespace: namespace, Sandboxes: sandboxes, execd: h}
+	s.Server = httptest.NewServer(s)
+	t.Cleanup(func() {
+		s.CloseClientConnections()
+		s.Close()
+		_ = h.Close()
+	})
+	return s
+}
+
+// Requests returns the requests received so far and forgets them.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.requests
+	s.requests = nil
+	return r
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	s.mu.Lock()
+	s.requests = append(s.requests, Request{Method: req.Method, Path: req.URL.EscapedPath(), RawQuery: req.URL.RawQuery, Header: req.Header.Clone()})
+	s.mu.Unlock()
+
+	if req.Header.Get("Authorization") != "Bearer "+UserToken {
+		writeStatus(w, apierrors.NewUnauthorized("Unauthorized"))
+		return
+	}
+	rest, ok := strings.CutPrefix(req.URL.Path, Prefix+s.Namespace+"/sandboxes/")
+	if !ok {
+		writeStatus(w, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes"), ""))
+		return
+	}
+	name, rest, _ := strings.Cut(rest, "/")
+	if !s.known(name) {
+		writeStatus(w, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes"), name))
+		return
+	}
+	sub, rest, _ := strings.Cut(rest, "/")
+	switch sub {
+	case "files":
+		// As the real server: on to execd with its token and the path after files/.
+		out := req.Clone(req.Context())
+		out.URL.Path = execd.FilesPath + rest
+		out.URL.RawPath = ""
+		out.Header.Set("Authorization", "Bearer "+execdToken)
+		s.execd.ServeHTTP(w, out)
+	case "proxy":
+		s.proxy(w, req)
+	default:
+		writeStatus(w, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes/"+sub), name))
+	}
+}
+
+func (s *Server) known(name string) bool {
+	for _, n := range s.Sandboxes {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// proxy echoes a plain request as JSON, and an upgrade request by switching protocols and
+// echoing the bytes of the connection back.
+func (s *Server) proxy(w http.ResponseWriter, req *http.Request) {
+	if strings.EqualFold(req.Header.Get("Connection"), "upgrade") && req.Header.Get("Upgrade") != "" {
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer func() { _ = conn.Close() }()
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + req.Header.Get("Upgrade") + "\r\n\r\n")
+		if rw.Flush() != nil {
+			return
+		}
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		// Echo until the client closes; what the reader buffered comes first.
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := rw.Read(buf)
+			if n > 0 {
+				if _, werr := conn.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(Echo{
+		Method:        req.Method,
+		Path:          req.URL.EscapedPath(),
+		RawQuery:      req.URL.RawQuery,
+		Authorization: req.Header.Get("Authorization"),
+		Cookie:        req.Header.Get("Cookie"),
+	})
+}
+
+func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
+	status := err.Status()
+	status.APIVersion, status.Kind = "v1", "Status"
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(int(status.Code))
+	_ = json.NewEncoder(w).Encode(status)
+}
+
+// noExec refuses commands: these tests need only execd's files API.
+type noExec struct{}
+
+func (noExec) ExecInContainer(context.Context, string, string, string, []string, io.Reader, io.WriteCloser, io.WriteCloser, bool, <-chan remotecommand.TerminalSize, time.Duration) error {
+	return errors.New("exec is not supported by this test server")
+}

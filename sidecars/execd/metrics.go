@@ -1,0 +1,98 @@
+package execd
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are per Handler, on a registry of its own, so that handlers in
+// tests do not collide on a global registry.
+type metrics struct {
+	registry   *prometheus.Registry
+	requests   *prometheus.CounterVec
+	uploaded   prometheus.Counter
+	downloaded prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_execd_requests_total",
+			Help: "HTTP requests by endpoint (files endpoints by operation) and status code.",
+		}, []string{"endpoint", "code"}),
+		uploaded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbox_execd_files_uploaded_bytes_total",
+			Help: "Bytes received by file uploads, including uploads that failed.",
+		}),
+		downloaded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbox_execd_files_downloaded_bytes_total",
+			Help: "File content bytes sent by downloads.",
+		}),
+	}
+	m.registry.MustRegister(m.requests, m.uploaded, m.downloaded)
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// instrument counts fn's requests under endpoint.
+func (m *metrics) instrument(endpoint string, fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		fn(rec, req)
+		m.requests.WithLabelValues(endpoint, rec.codeLabel()).Inc()
+	}
+}
+
+// statusRecorder remembers the status code. Unwrap keeps
+// http.ResponseController (flushing, hijacking for exec upgrades) working
+// through it.
+type statusRecorder struct {
+	http.ResponseWriter
+	code    int
+	written int64
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(p []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(p)
+	r.written += int64(n)
+	return n, err
+}
+
+// ReadFrom keeps net/http's sendfile path for downloads.
+func (r *statusRecorder) ReadFrom(src io.Reader) (int64, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	n, err := io.Copy(r.ResponseWriter, src)
+	r.written += n
+	return n, err
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (r *statusRecorder) codeLabel() string {
+	if r.code == 0 {
+		// Nothing written through the recorder: a hijacked connection
+		// (websocket exec) or an empty 200.
+		return "none"
+	}
+	return strconv.Itoa(r.code)
+}

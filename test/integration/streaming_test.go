@@ -1,0 +1,222 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/utils/exec"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd"
+	"github.com/kube-sandbox/kube-sandbox/test/integration/framework"
+)
+
+// runningSandbox creates a sandbox and stands in for the kubelet: its pod is marked Ready at
+// 127.0.0.1, where a real execd handler (the one the sandbox image gets) serves on execd's
+// port with the sandbox's token and a temporary files root. Everything between the client and
+// that handler is the real path: kube-apiserver, the aggregator, sandbox-apiserver.
+func runningSandbox(t *testing.T, ns, name string) (root string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Create(ctx, sandbox(name), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{}
+	pod := &corev1.Pod{}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlv1alpha1.TokenSecretName(name)}, secret) == nil &&
+			kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-0"}, pod) == nil, nil
+	}); err != nil {
+		t.Fatalf("no pod and token: %v", err)
+	}
+	root = t.TempDir()
+	h, err := execd.NewHandler(execd.HandlerConfig{
+		Token:     string(secret.Data[controlv1alpha1.ExecdTokenKey]),
+		Executor:  execd.NewExecutor(nil),
+		FilesRoot: root,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(controlv1alpha1.ExecdPort)))
+	if err != nil {
+		t.Fatalf("execd's port on loopback: %v", err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { h.StopSessions(); _ = srv.Close() })
+
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.PodIP = "127.0.0.1"
+	pod.Status.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if err := kube.Status().Update(ctx, pod); err != nil {
+		t.Fatalf("mark the pod ready: %v", err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		s, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && s.Status.Phase == sandboxv1alpha1.PhaseRunning, nil
+	}); err != nil {
+		t.Fatalf("sandbox never Running: %v", err)
+	}
+	return root
+}
+
+func TestExecThroughTheAggregator(t *testing.T) {
+	ns := newNamespace(t)
+	runningSandbox(t, ns, "run")
+	cfg := userConfig("admin-token")
+	for _, protocol := range []string{"websocket", "spdy"} {
+		t.Run(protocol, func(t *testing.T) {
+			u := sandboxes.SandboxV1alpha1().RESTClient().Post().Namespace(ns).Resource("sandboxes").Name("run").SubResource("exec").
+				VersionedParams(&sandboxv1alpha1.SandboxExecOptions{
+					Command: []string{"sh", "-c", "cat; echo err >&2; exit 3"}, Stdin: true, Stdout: true, Stderr: true,
+				}, scheme.ParameterCodec).URL()
+			var exec remotecommand.Executor
+			var err error
+			if protocol == "spdy" {
+				exec, err = remotecommand.NewSPDYExecutor(cfg, "POST", u)
+			} else {
+				exec, err = remotecommand.NewWebSocketExecutor(cfg, "GET", u.String())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
+			var out, errOut bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: bytes.NewReader(in), Stdout: &out, Stderr: &errOut})
+			var exitErr utilexec.ExitError
+			if !errors.As(err, &exitErr) || exitErr.ExitStatus() != 3 {
+				t.Errorf("exit: %v, want exit code 3", err)
+			}
+			if sha256.Sum256(out.Bytes()) != sha256.Sum256(in) || errOut.String() != "err\n" {
+				t.Errorf("stdout %d bytes (want %d, same content), stderr %q", out.Len(), len(in), errOut.String())
+			}
+		})
+	}
+}
+
+func filesURL(ns, name, path string) string {
+	return fmt.Sprintf("%s/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/%s/sandboxes/%s/files/%s", cp.URL, ns, name, path)
+}
+
+func TestFilesThroughTheAggregator(t *testing.T) {
+	ns := newNamespace(t)
+	root := runningSandbox(t, ns, "fs")
+	hc, err := rest.HTTPClientFor(userConfig("admin-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(method, url string, body io.Reader) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, body)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp, data
+	}
+	payload := bytes.Repeat([]byte("kube-sandbox "), 100000)
+	resp, body := do(http.MethodPut, filesURL(ns, "fs", "dir/a.txt?mkdirs=true&mode=0600"), bytes.NewReader(payload))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload: %s %s", resp.Status, body)
+	}
+	if got, err := os.ReadFile(filepath.Join(root, "dir", "a.txt")); err != nil || !bytes.Equal(got, payload) {
+		t.Errorf("uploaded file in the sandbox: %d bytes, %v", len(got), err)
+	}
+	resp, body = do(http.MethodGet, filesURL(ns, "fs", "dir/a.txt"), nil)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, payload) {
+		t.Errorf("download: %s, %d bytes", resp.Status, len(body))
+	}
+	resp, body = do(http.MethodGet, filesURL(ns, "fs", "dir"), nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"a.txt"`) {
+		t.Errorf("listing: %s %s", resp.Status, body)
+	}
+	resp, body = do(http.MethodGet, filesURL(ns, "fs", "../../etc/passwd"), nil)
+	if resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusNotFound {
+		t.Errorf("traversal: %s %s", resp.Status, body)
+	}
+	resp, body = do(http.MethodGet, filesURL(ns, "fs", "missing"), nil)
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), `"NotFound"`) {
+		t.Errorf("missing file: %s %s", resp.Status, body)
+	}
+	resp, _ = do(http.MethodDelete, filesURL(ns, "fs", "dir/a.txt"), nil)
+	if resp.StatusCode >= 300 {
+		t.Errorf("delete: %s", resp.Status)
+	}
+	if _, err := os.Stat(filepath.Join(root, "dir", "a.txt")); !os.IsNotExist(err) {
+		t.Errorf("file still there after delete: %v", err)
+	}
+}
+
+func TestProxyThroughTheAggregator(t *testing.T) {
+	ns := newNamespace(t)
+	runningSandbox(t, ns, "web")
+	// A server in the "sandbox" (the pod is at 127.0.0.1): it echoes what reached it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "path=%s query=%s auth=%q cookie=%q", r.URL.Path, r.URL.RawQuery, r.Header.Get("Authorization"), r.Header.Get("Cookie"))
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := l.Addr().(*net.TCPAddr).Port
+
+	hc, err := rest.HTTPClientFor(userConfig("admin-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/%s/sandboxes/web/proxy/%s", cp.URL, ns, path), nil)
+		req.Header.Set("Cookie", "session=secret")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	code, body := get(fmt.Sprintf("%d/hello/world?x=1", port))
+	if code != http.StatusOK || body != `path=/hello/world query=x=1 auth="" cookie=""` {
+		t.Errorf("proxied request: %d %s", code, body)
+	}
+	// Nothing listens on the next port (almost surely): a clear gateway error, not a hang.
+	free, _ := framework.FreePort()
+	if code, body := get(fmt.Sprintf("%d/", free)); code < 500 {
+		t.Errorf("proxy to a closed port: %d %s, want a 5xx", code, body)
+	}
+	if code, _ := get("notaport/"); code != http.StatusBadRequest {
+		t.Errorf("proxy with a bad port: %d, want 400", code)
+	}
+	if code, _ := get(fmt.Sprintf("%d/", controlv1alpha1.ExecdPort)); code != http.StatusBadRequest {
+		t.Errorf("proxy to execd's port: %d, want 400", code)
+	}
+}
