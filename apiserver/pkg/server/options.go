@@ -8,8 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -90,6 +92,11 @@ func (o *Options) Config() (*Config, error) {
 	}
 	serverConfig := genericapiserver.NewRecommendedConfig(Codecs)
 	serverConfig.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	// Streams last as long as the session or the transfer: no request timeout, and not
+	// counted against the in-flight limit of short requests, as kube-apiserver does for
+	// pods/exec and pods/proxy.
+	serverConfig.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(
+		sets.NewString("watch"), sets.NewString("exec", "files", "proxy"))
 
 	namer := openapinamer.NewDefinitionNamer(Scheme)
 	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openapi.GetOpenAPIDefinitions, namer)

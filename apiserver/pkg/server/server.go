@@ -79,7 +79,12 @@ func (c completedConfig) New() (*SandboxServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	backend, err := client.NewWithWatch(c.ExtraConfig.BackendConfig, client.Options{Scheme: backendScheme})
+	// Every sandbox request is one or a few requests to the kube-apiserver: client-go's
+	// default rate limit (5/s) would queue them. The kube-apiserver's own priority and
+	// fairness protects it.
+	backendConfig := restclient.CopyConfig(c.ExtraConfig.BackendConfig)
+	backendConfig.QPS, backendConfig.Burst = 500, 1000
+	backend, err := client.NewWithWatch(backendConfig, client.Options{Scheme: backendScheme})
 	if err != nil {
 		return nil, fmt.Errorf("backend client: %w", err)
 	}
