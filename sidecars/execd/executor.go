@@ -105,6 +105,7 @@ func (e *Executor) ExecInContainer(ctx context.Context, _, _, _ string, cmd []st
 
 func (e *Executor) execPipes(ctx context.Context, argv []string, in io.Reader, out, errw io.WriteCloser) error {
 	c := exec.Command(argv[0], argv[1:]...)
+	sessionOptionsFrom(ctx).apply(c)
 	// A process group of its own lets us kill everything the command
 	// started, not just its first process.
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -214,6 +215,7 @@ func (e *Executor) execTTY(ctx context.Context, argv []string, in io.Reader, out
 	}
 
 	c := exec.Command(argv[0], argv[1:]...)
+	sessionOptionsFrom(ctx).apply(c)
 	c.Stdin, c.Stdout, c.Stderr = tty, tty, tty
 	// A new session whose controlling terminal is the pty, as a login shell
 	// has: job control and ^C work, and the session id doubles as process

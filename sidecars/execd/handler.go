@@ -150,6 +150,11 @@ func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	session, err := parseSessionOptions(req.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 
 	h.mu.Lock()
 	if h.stopped {
@@ -171,7 +176,8 @@ func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
 
 	// argv[0] only: arguments may carry secrets ("sh -c 'TOKEN=...'").
 	klog.V(4).InfoS("Exec request", "command", cmd[0], "args", len(cmd)-1, "tty", opts.TTY, "stdin", opts.Stdin, "remoteAddr", req.RemoteAddr)
-	remotecommand.ServeExec(watched, req.WithContext(ctx), requestedStreams{h.executor, *opts}, "", "", "", cmd,
+	ctx = withSessionOptions(ctx, session)
+	remotecommand.ServeExec(watched, req.WithContext(ctx), requestedStreams{h.executor, *opts, session.Timeout}, "", "", "", cmd,
 		opts, h.streamIdleTimeout, remotecommand.DefaultStreamCreationTimeout, remotecommand.SupportedStreamingProtocols)
 }
 
@@ -196,7 +202,8 @@ func (h *Handler) authorized(req *http.Request) bool {
 // open forever.
 type requestedStreams struct {
 	remotecommand.Executor
-	opts remotecommand.Options
+	opts    remotecommand.Options
+	timeout time.Duration
 }
 
 func (r requestedStreams) ExecInContainer(ctx context.Context, name, uid, container string, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, timeout time.Duration) error {
@@ -208,6 +215,9 @@ func (r requestedStreams) ExecInContainer(ctx context.Context, name, uid, contai
 	}
 	if !r.opts.Stderr {
 		errw = nil
+	}
+	if r.timeout > 0 {
+		timeout = r.timeout
 	}
 	return r.Executor.ExecInContainer(ctx, name, uid, container, cmd, in, out, errw, tty, resize, timeout)
 }

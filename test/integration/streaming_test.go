@@ -118,6 +118,38 @@ func TestExecThroughTheAggregator(t *testing.T) {
 	}
 }
 
+func TestExecOptionsThroughTheAggregator(t *testing.T) {
+	ns := newNamespace(t)
+	runningSandbox(t, ns, "opts")
+	cfg := userConfig("admin-token")
+	dir := t.TempDir()
+	run := func(o sandboxv1alpha1.SandboxExecOptions) (string, error, time.Duration) {
+		o.Stdout, o.Stderr = true, true
+		u := sandboxes.SandboxV1alpha1().RESTClient().Post().Namespace(ns).Resource("sandboxes").Name("opts").SubResource("exec").
+			VersionedParams(&o, scheme.ParameterCodec).URL()
+		exec, err := remotecommand.NewWebSocketExecutor(cfg, "GET", u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		start := time.Now()
+		err = exec.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdout: &out, Stderr: io.Discard})
+		return out.String(), err, time.Since(start)
+	}
+	out, err, _ := run(sandboxv1alpha1.SandboxExecOptions{Command: []string{"sh", "-c", "echo $GREETING; pwd"}, Env: []string{"GREETING=hello"}, WorkingDir: dir})
+	if err != nil || out != "hello\n"+dir+"\n" {
+		t.Errorf("env and workingDir: %q %v", out, err)
+	}
+	_, err, took := run(sandboxv1alpha1.SandboxExecOptions{Command: []string{"sleep", "30"}, TimeoutSeconds: 1})
+	if err == nil || took > 15*time.Second {
+		t.Errorf("timeoutSeconds 1 on sleep 30: %v after %s", err, took)
+	}
+	_, err, _ = run(sandboxv1alpha1.SandboxExecOptions{Command: []string{"true"}, Env: []string{"1BAD=x"}})
+	if err == nil || !strings.Contains(err.Error(), "env") {
+		t.Errorf("a bad env name: %v", err)
+	}
+}
+
 func filesURL(ns, name, path string) string {
 	return fmt.Sprintf("%s/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/%s/sandboxes/%s/files/%s", cp.URL, ns, name, path)
 }

@@ -89,5 +89,16 @@ func ConvertURLValuesToSandboxExecOptions(in *url.Values, out *SandboxExecOption
 	if cmd, ok := (*in)["command"]; ok {
 		out.Command = append([]string(nil), cmd...)
 	}
+	if env, ok := (*in)["env"]; ok {
+		out.Env = append([]string(nil), env...)
+	}
+	out.WorkingDir = in.Get("workingDir")
+	if v := in.Get("timeoutSeconds"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("query parameter %q: %q is not an integer", "timeoutSeconds", v)
+		}
+		out.TimeoutSeconds = n
+	}
 	return nil
 }

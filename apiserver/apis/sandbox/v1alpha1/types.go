@@ -208,4 +208,13 @@ type SandboxExecOptions struct {
 	Replica int32 `json:"replica,omitempty"`
 	// command and its arguments; required.
 	Command []string `json:"command"`
+	// env adds NAME=VALUE entries to the command's environment.
+	// +optional
+	Env []string `json:"env,omitempty"`
+	// workingDir is the absolute directory the command starts in; the container's by default.
+	// +optional
+	WorkingDir string `json:"workingDir,omitempty"`
+	// timeoutSeconds kills the command, and everything it started, after that long. 0: no limit.
+	// +optional
+	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
 }

@@ -489,6 +489,34 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxExecOptions(ref common.Refere
 							},
 						},
 					},
+					"env": {
+						SchemaProps: spec.SchemaProps{
+							Description: "env adds NAME=VALUE entries to the command's environment.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"workingDir": {
+						SchemaProps: spec.SchemaProps{
+							Description: "workingDir is the absolute directory the command starts in; the container's by default.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"timeoutSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "timeoutSeconds kills the command, and everything it started, after that long. 0: no limit.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 				},
 				Required: []string{"command"},
 			},

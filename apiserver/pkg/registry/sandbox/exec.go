@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -94,6 +95,15 @@ func (r *ExecREST) Connect(ctx context.Context, name string, opts runtime.Object
 	}
 
 	q := url.Values{"command": execOpts.Command}
+	if len(execOpts.Env) > 0 {
+		q["env"] = execOpts.Env
+	}
+	if execOpts.WorkingDir != "" {
+		q.Set("workingDir", execOpts.WorkingDir)
+	}
+	if execOpts.TimeoutSeconds > 0 {
+		q.Set("timeoutSeconds", strconv.FormatInt(execOpts.TimeoutSeconds, 10))
+	}
 	// execd speaks the kubelet's parameter names.
 	for param, on := range map[string]bool{"input": execOpts.Stdin, "output": execOpts.Stdout, "error": execOpts.Stderr, "tty": execOpts.TTY} {
 		if on {

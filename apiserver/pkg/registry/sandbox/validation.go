@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"fmt"
+	"path"
+	"strings"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -143,6 +145,22 @@ func validateExecOptions(opts *sandboxv1alpha1.SandboxExecOptions) field.ErrorLi
 	}
 	if opts.Replica < 0 {
 		allErrs = append(allErrs, field.Invalid(field.NewPath("replica"), opts.Replica, "must not be negative"))
+	}
+	for i, kv := range opts.Env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			allErrs = append(allErrs, field.Invalid(field.NewPath("env").Index(i), kv, "want NAME=VALUE"))
+			continue
+		}
+		for _, msg := range utilvalidation.IsEnvVarName(name) {
+			allErrs = append(allErrs, field.Invalid(field.NewPath("env").Index(i), kv, msg))
+		}
+	}
+	if opts.WorkingDir != "" && !path.IsAbs(opts.WorkingDir) {
+		allErrs = append(allErrs, field.Invalid(field.NewPath("workingDir"), opts.WorkingDir, "must be an absolute path"))
+	}
+	if opts.TimeoutSeconds < 0 {
+		allErrs = append(allErrs, field.Invalid(field.NewPath("timeoutSeconds"), opts.TimeoutSeconds, "must not be negative"))
 	}
 	return allErrs
 }

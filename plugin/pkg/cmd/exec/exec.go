@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -109,6 +110,9 @@ type ExecOptions struct {
 	TTY               bool
 	Quiet             bool
 	PodRunningTimeout time.Duration
+	Env               []string
+	WorkingDir        string
+	Timeout           time.Duration
 
 	Namespace  string
 	Client     clientset.Interface
@@ -155,6 +159,9 @@ func NewCmdExec(f cmdutil.Factory, streams genericiooptions.IOStreams, executor 
 	cmd.Flags().BoolVarP(&o.TTY, "tty", "t", o.TTY, "Run the command in a terminal (needs -i and a terminal as stdin).")
 	cmd.Flags().BoolVarP(&o.Quiet, "quiet", "q", o.Quiet, "Only print output from the remote command.")
 	cmd.Flags().Int32Var(&o.Replica, "replica", o.Replica, "Index of the replica to run the command in.")
+	cmd.Flags().StringArrayVarP(&o.Env, "env", "e", o.Env, "Environment variable NAME=VALUE for the command (repeatable).")
+	cmd.Flags().StringVarP(&o.WorkingDir, "workdir", "w", o.WorkingDir, "Absolute directory to run the command in (default: the container's).")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "Kill the command, and everything it started, after this long (whole seconds; 0: no limit).")
 	cmd.Flags().DurationVar(&o.PodRunningTimeout, "pod-running-timeout", o.PodRunningTimeout, "How long to wait for the replica to be ready (like 5s, 2m, or 3h, higher than zero).")
 	return cmd
 }
@@ -205,6 +212,17 @@ func (o *ExecOptions) Validate() error {
 	if o.Replica < 0 {
 		return fmt.Errorf("--replica must not be negative, got %d", o.Replica)
 	}
+	for _, kv := range o.Env {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+			return fmt.Errorf("--env %q: want NAME=VALUE", kv)
+		}
+	}
+	if o.WorkingDir != "" && !path.IsAbs(o.WorkingDir) {
+		return fmt.Errorf("--workdir %q: want an absolute path", o.WorkingDir)
+	}
+	if o.Timeout < 0 || o.Timeout%time.Second != 0 {
+		return fmt.Errorf("--timeout must be a non-negative whole number of seconds, got %s", o.Timeout)
+	}
 	if o.PodRunningTimeout <= 0 {
 		return fmt.Errorf("--pod-running-timeout must be higher than zero, got %s", o.PodRunningTimeout)
 	}
@@ -238,12 +256,15 @@ func (o *ExecOptions) Run(ctx context.Context) error {
 		Name(o.Name).
 		SubResource("exec").
 		VersionedParams(&sandboxv1alpha1.SandboxExecOptions{
-			Stdin:   stdin != nil,
-			Stdout:  stdout != nil,
-			Stderr:  stderr != nil,
-			TTY:     tty,
-			Replica: o.Replica,
-			Command: o.Command,
+			Stdin:          stdin != nil,
+			Stdout:         stdout != nil,
+			Stderr:         stderr != nil,
+			TTY:            tty,
+			Replica:        o.Replica,
+			Command:        o.Command,
+			Env:            o.Env,
+			WorkingDir:     o.WorkingDir,
+			TimeoutSeconds: int64(o.Timeout / time.Second),
 		}, scheme.ParameterCodec)
 
 	if !tty {

@@ -109,6 +109,12 @@ func TestExec(t *testing.T) {
 			wantErrOut: "Unable to use a TTY - input is not a terminal or the right kind of file\n",
 		},
 		{
+			name:      "env, working directory and timeout",
+			args:      []string{"sb", "-e", "A=1", "--env", "B=x=y", "-w", "/tmp", "--timeout", "30s", "--", "env"},
+			wantPath:  "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/test/sandboxes/sb/exec",
+			wantQuery: url.Values{"command": {"env"}, "stdout": {"true"}, "stderr": {"true"}, "env": {"A=1", "B=x=y"}, "workingDir": {"/tmp"}, "timeoutSeconds": {"30"}},
+		},
+		{
 			name:      "tty without stdin is ignored, as by kubectl",
 			args:      []string{"sb", "-t", "--", "sh"},
 			wantPath:  "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/test/sandboxes/sb/exec",
