@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -157,33 +159,58 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 // already applied to the current object. Labels, annotations, replicas and autoRenew may
 // change; what made the pods may not; status is the server's.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, _ rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, _ bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	var out *sandboxv1alpha1.Sandbox
+	// As the generic registry does: a write that lost a race with another writer (the
+	// controller updates status all the time) is tried again on the new version, unless the
+	// caller asked for a specific resourceVersion.
+	err := retry.OnError(retry.DefaultRetry, func(err error) bool { return errors.Is(err, errConflict) }, func() error {
+		var err error
+		out, err = r.tryUpdate(ctx, name, objInfo, updateValidation, options)
+		return err
+	})
+	if errors.Is(err, errConflict) {
+		return nil, false, apierrors.NewConflict(sandboxResource, name, errors.New(conflictMessage))
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return out, false, nil
+}
+
+const conflictMessage = "the object has been modified; please apply your changes to the latest version and try again"
+
+func (r *REST) tryUpdate(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, updateValidation rest.ValidateObjectUpdateFunc, options *metav1.UpdateOptions) (*sandboxv1alpha1.Sandbox, error) {
 	bs := &controlv1alpha1.BatchSandbox{}
 	key := client.ObjectKey{Namespace: genericapirequest.NamespaceValue(ctx), Name: name}
 	if err := r.backend.Get(ctx, key, bs); err != nil {
 		// Sandboxes are created by POST only: an update never creates one.
-		return nil, false, translateError(err, name)
+		return nil, translateError(err, name)
 	}
 	old := fromBatchSandbox(bs)
 	obj, err := objInfo.UpdatedObject(ctx, old)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	sbx, ok := obj.(*sandboxv1alpha1.Sandbox)
 	if !ok {
-		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("not a Sandbox: %T", obj))
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a Sandbox: %T", obj))
 	}
 	sbx.Status = old.Status
 	setDefaults(sbx)
-	if sbx.ResourceVersion == "" {
+	switch sbx.ResourceVersion {
+	case "":
 		// An update without a resourceVersion is unconditional, as for built-in resources.
 		sbx.ResourceVersion = old.ResourceVersion
+	case old.ResourceVersion:
+	default:
+		return nil, apierrors.NewConflict(sandboxResource, name, errors.New(conflictMessage))
 	}
 	if errs := validateSandboxUpdate(sbx, old, r.limits); len(errs) > 0 {
-		return nil, false, apierrors.NewInvalid(sandboxKind, name, errs)
+		return nil, apierrors.NewInvalid(sandboxKind, name, errs)
 	}
 	if updateValidation != nil {
 		if err := updateValidation(ctx, sbx, old); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 	}
 	updated := bs.DeepCopy()
@@ -199,9 +226,12 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	updated.Spec.Replicas = sbx.Spec.Replicas
 	updated.Spec.AutoRenew = toBatchSandbox(sbx).Spec.AutoRenew
 	if err := r.backend.Update(ctx, updated, updateOptions(options)); err != nil {
-		return nil, false, translateError(err, name)
+		if apierrors.IsConflict(err) {
+			return nil, errConflict
+		}
+		return nil, translateError(err, name)
 	}
-	return fromBatchSandbox(updated), false, nil
+	return fromBatchSandbox(updated), nil
 }
 
 // Delete implements rest.GracefulDeleter. Preconditions, propagation policy and dry-run go to
