@@ -22,69 +22,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/fileapi"
 )
 
-// The files API's wire format, as execd serves it and the sandbox-apiserver proxies it
-// (sidecars/execd/api.go). Mirrored rather than imported: execd's package brings a pty, metrics
-// and Linux system calls into the plugin, which runs on any OS. The tests run execd's own
-// handler, so the two cannot drift apart unnoticed.
-const (
-	// FileListKind is the kind of a directory listing.
-	FileListKind = "FileList"
-	// FileModeHeader carries a downloaded file's permission bits in octal.
-	FileModeHeader = "X-Sandbox-File-Mode"
-	// MaxListDepth is the deepest listing the server gives.
-	MaxListDepth = 10
-	// MaxListLimit is the largest page the server gives.
-	MaxListLimit = 10000
-)
-
-// FileType is the type of a FileInfo.
-type FileType string
-
-// The types of FileInfo.
-const (
-	FileTypeFile    FileType = "file"
-	FileTypeDir     FileType = "dir"
-	FileTypeSymlink FileType = "symlink"
-	FileTypeOther   FileType = "other"
-)
-
-// FileInfo describes one directory entry; symlinks are described, not followed.
-type FileInfo struct {
-	Name string `json:"name"`
-	// Path is relative to the listed directory in a FileList, and to the sandbox's files root
-	// for a stat.
-	Path       string      `json:"path"`
-	Type       FileType    `json:"type"`
-	Size       int64       `json:"size"`
-	Mode       string      `json:"mode"`
-	ModTime    metav1.Time `json:"modTime"`
-	LinkTarget string      `json:"linkTarget,omitempty"`
-}
-
-// FileMode parses Mode, the octal permission bits.
-func (fi *FileInfo) FileMode() (fs.FileMode, error) {
-	return ParseMode(fi.Mode)
-}
-
-// FileList is one page of a directory listing.
-type FileList struct {
-	Kind     string     `json:"kind"`
-	Items    []FileInfo `json:"items"`
-	Continue string     `json:"continue,omitempty"`
-}
-
-// ParseMode parses octal permission bits such as "0644".
-func ParseMode(s string) (fs.FileMode, error) {
-	n, err := strconv.ParseUint(s, 8, 32)
-	if err != nil || n > 0o7777 {
-		return 0, fmt.Errorf("invalid file mode %q", s)
-	}
-	return fs.FileMode(n) & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky), nil
-}
-
-// filesResource names the subresource in errors built from non-Status replies.
 var filesResource = sandboxv1alpha1.Resource("sandboxes/files")
 
 // Client reaches the files of one replica of one sandbox.
@@ -204,13 +144,13 @@ func (c *Client) responseError(resp *http.Response, method, p string) error {
 }
 
 // Stat describes the entry at p without following a final symlink.
-func (c *Client) Stat(ctx context.Context, p string) (*FileInfo, error) {
+func (c *Client) Stat(ctx context.Context, p string) (*fileapi.FileInfo, error) {
 	resp, err := c.do(ctx, http.MethodGet, p, url.Values{"stat": {"true"}}, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	fi := &FileInfo{}
+	fi := &fileapi.FileInfo{}
 	if err := json.NewDecoder(resp.Body).Decode(fi); err != nil {
 		return nil, fmt.Errorf("decode stat of %s: %w", p, err)
 	}
@@ -220,7 +160,7 @@ func (c *Client) Stat(ctx context.Context, p string) (*FileInfo, error) {
 // List calls fn for each entry of the directory dir down to depth levels, page by page of at
 // most limit entries (the server's default when 0), until the last page or fn's first error.
 // Item paths are relative to dir.
-func (c *Client) List(ctx context.Context, dir string, depth, limit int, fn func(*FileInfo) error) error {
+func (c *Client) List(ctx context.Context, dir string, depth, limit int, fn func(*fileapi.FileInfo) error) error {
 	query := url.Values{}
 	if depth > 0 {
 		query.Set("depth", strconv.Itoa(depth))
@@ -245,7 +185,7 @@ func (c *Client) List(ctx context.Context, dir string, depth, limit int, fn func
 	}
 }
 
-func (c *Client) listPage(ctx context.Context, dir string, query url.Values) (*FileList, error) {
+func (c *Client) listPage(ctx context.Context, dir string, query url.Values) (*fileapi.FileList, error) {
 	resp, err := c.do(ctx, http.MethodGet, dir, query, nil)
 	if err != nil {
 		return nil, err
@@ -254,11 +194,11 @@ func (c *Client) listPage(ctx context.Context, dir string, query url.Values) (*F
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/json" {
 		return nil, fmt.Errorf("%s:%s: %w", c.Sandbox, dir, ErrNotADirectory)
 	}
-	list := &FileList{}
+	list := &fileapi.FileList{}
 	if err := json.NewDecoder(resp.Body).Decode(list); err != nil {
 		return nil, fmt.Errorf("decode listing of %s: %w", dir, err)
 	}
-	if list.Kind != FileListKind {
+	if list.Kind != fileapi.FileListKind {
 		return nil, fmt.Errorf("%s:%s: %w", c.Sandbox, dir, ErrNotADirectory)
 	}
 	return list, nil
@@ -277,14 +217,14 @@ func (c *Client) Download(ctx context.Context, p string) (io.ReadCloser, fs.File
 	if err != nil {
 		return nil, 0, err
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" && resp.Header.Get(FileModeHeader) == "" {
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" && resp.Header.Get(fileapi.FileModeHeader) == "" {
 		// A directory's listing, not a file's contents.
 		_ = resp.Body.Close()
 		return nil, 0, fmt.Errorf("%s:%s: %w", c.Sandbox, p, ErrNotAFile)
 	}
 	var mode fs.FileMode
-	if h := resp.Header.Get(FileModeHeader); h != "" {
-		if mode, err = ParseMode(h); err != nil {
+	if h := resp.Header.Get(fileapi.FileModeHeader); h != "" {
+		if mode, err = fileapi.ParseMode(h); err != nil {
 			_ = resp.Body.Close()
 			return nil, 0, fmt.Errorf("download %s: %w", p, err)
 		}

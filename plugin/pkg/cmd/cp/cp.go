@@ -19,6 +19,7 @@ import (
 
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/files"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/fileapi"
 )
 
 // stdio is the local path that stands for stdin (as the source) or stdout (as the
@@ -217,7 +218,7 @@ func (o *CopyOptions) download(ctx context.Context) error {
 	}
 	dst := o.Dst.Path
 	switch fi.Type {
-	case files.FileTypeFile:
+	case fileapi.FileTypeFile:
 		if dst == stdio {
 			return o.downloadTo(ctx, src, o.Out)
 		}
@@ -226,12 +227,12 @@ func (o *CopyOptions) download(ctx context.Context) error {
 			dst = filepath.Join(dst, path.Base("/"+src))
 		}
 		return o.downloadFile(ctx, src, dst)
-	case files.FileTypeDir:
+	case fileapi.FileTypeDir:
 		if dst == stdio {
 			return fmt.Errorf("%s:%s is a directory; only a file can be copied to standard output", o.Src.Sandbox, o.Src.Path)
 		}
 		return o.downloadDir(ctx, src, dst, fi)
-	case files.FileTypeSymlink:
+	case fileapi.FileTypeSymlink:
 		o.warnf("skipping symbolic link %s:%s -> %s", o.Src.Sandbox, src, fi.LinkTarget)
 		return nil
 	default:
@@ -280,19 +281,19 @@ func (o *CopyOptions) downloadFile(ctx context.Context, src, dst string) (err er
 
 // downloadDir copies the remote directory src, described by fi, to the local directory dst,
 // creating it if needed, one listing level at a time.
-func (o *CopyOptions) downloadDir(ctx context.Context, src, dst string, fi *files.FileInfo) error {
+func (o *CopyOptions) downloadDir(ctx context.Context, src, dst string, fi *fileapi.FileInfo) error {
 	if err := os.MkdirAll(dst, defaultDirMode); err != nil {
 		return err
 	}
-	err := o.Client.List(ctx, src, 1, 0, func(item *files.FileInfo) error {
+	err := o.Client.List(ctx, src, 1, 0, func(item *fileapi.FileInfo) error {
 		remote := path.Join(src, item.Name)
 		local := filepath.Join(dst, filepath.FromSlash(item.Name))
 		switch item.Type {
-		case files.FileTypeFile:
+		case fileapi.FileTypeFile:
 			return o.downloadFile(ctx, remote, local)
-		case files.FileTypeDir:
+		case fileapi.FileTypeDir:
 			return o.downloadDir(ctx, remote, local, item)
-		case files.FileTypeSymlink:
+		case fileapi.FileTypeSymlink:
 			o.warnf("skipping symbolic link %s:%s -> %s", o.Src.Sandbox, remote, item.LinkTarget)
 		default:
 			o.warnf("skipping %s:%s, which is not a regular file or directory", o.Src.Sandbox, remote)
@@ -335,7 +336,7 @@ func (o *CopyOptions) upload(ctx context.Context) error {
 		// Into an existing directory, as cp does; a trailing slash asks for that too.
 		if dst == "" || strings.HasSuffix(o.Dst.Path, "/") {
 			dst = path.Join(dst, filepath.Base(src))
-		} else if fi, err := o.Client.Stat(ctx, dst); err == nil && fi.Type == files.FileTypeDir {
+		} else if fi, err := o.Client.Stat(ctx, dst); err == nil && fi.Type == fileapi.FileTypeDir {
 			dst = path.Join(dst, filepath.Base(src))
 		}
 		return o.uploadFile(ctx, src, dst, st.Mode())
