@@ -2,7 +2,6 @@ package sandboxconn
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/kube-sandbox/kube-sandbox/apiserver/internal/apitesting"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 )
 
@@ -90,37 +90,14 @@ func newResolver(t *testing.T, w world) *KubeResolver {
 	return &KubeResolver{Client: b.Build()}
 }
 
-// apiErr is what a test pins of an API error.
-type apiErr struct {
-	Code   int32
-	Reason metav1.StatusReason
-	Group  string
-	Kind   string
-	Name   string
-}
-
-func apiErrOf(t *testing.T, err error) apiErr {
-	t.Helper()
-	var statusErr apierrors.APIStatus
-	if !errors.As(err, &statusErr) {
-		t.Fatalf("got %T %v, want an API status error", err, err)
-	}
-	s := statusErr.Status()
-	out := apiErr{Code: s.Code, Reason: s.Reason}
-	if s.Details != nil {
-		out.Group, out.Kind, out.Name = s.Details.Group, s.Details.Kind, s.Details.Name
-	}
-	return out
-}
-
 func TestResolve(t *testing.T) {
-	notReady := &apiErr{Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable}
+	notReady := &apitesting.APIErr{Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable}
 	tests := []struct {
 		name    string
 		modify  func(*world)
 		replica int32
 		want    *Endpoint
-		wantErr *apiErr
+		wantErr *apitesting.APIErr
 		// wantMessage are substrings of the error message.
 		wantMessage []string
 	}{
@@ -152,7 +129,7 @@ func TestResolve(t *testing.T) {
 		{
 			name:        "missing BatchSandbox",
 			modify:      func(w *world) { w.bs = nil },
-			wantErr:     &apiErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: testName},
+			wantErr:     &apitesting.APIErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: testName},
 			wantMessage: []string{`sandboxes.sandbox.kube-sandbox.io "demo" not found`},
 		},
 		{
@@ -161,26 +138,26 @@ func TestResolve(t *testing.T) {
 				w.bs.Finalizers = []string{"example.com/keep"}
 				w.bs.DeletionTimestamp = ptr.To(metav1.NewTime(time.Unix(1700000000, 0)))
 			},
-			wantErr:     &apiErr{Code: http.StatusConflict, Reason: metav1.StatusReasonConflict, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: testName},
+			wantErr:     &apitesting.APIErr{Code: http.StatusConflict, Reason: metav1.StatusReasonConflict, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: testName},
 			wantMessage: []string{"being deleted"},
 		},
 		{
 			name:        "replica equal to replicas",
 			replica:     2,
-			wantErr:     &apiErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
+			wantErr:     &apitesting.APIErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
 			wantMessage: []string{`sandbox "demo" has 2 replica(s); replica 2 does not exist`},
 		},
 		{
 			name:        "replica of a sandbox scaled to zero",
 			modify:      func(w *world) { w.bs.Spec.Replicas = ptr.To[int32](0) },
 			replica:     0,
-			wantErr:     &apiErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
+			wantErr:     &apitesting.APIErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
 			wantMessage: []string{"replica 0 does not exist"},
 		},
 		{
 			name:        "negative replica",
 			replica:     -1,
-			wantErr:     &apiErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
+			wantErr:     &apitesting.APIErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
 			wantMessage: []string{"replica -1 does not exist"},
 		},
 		{
@@ -291,7 +268,7 @@ func TestResolve(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Resolve() = %+v, want an error", got)
 			}
-			if diff := cmp.Diff(*tt.wantErr, apiErrOf(t, err)); diff != "" {
+			if diff := cmp.Diff(*tt.wantErr, apitesting.APIErrOf(t, err)); diff != "" {
 				t.Errorf("Resolve() error %v (-want +got):\n%s", err, diff)
 			}
 			for _, s := range tt.wantMessage {

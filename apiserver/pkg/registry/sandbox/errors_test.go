@@ -13,31 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/kube-sandbox/kube-sandbox/apiserver/internal/apitesting"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 )
-
-// apiErr is what a test pins of an API error.
-type apiErr struct {
-	Code   int32
-	Reason metav1.StatusReason
-	Group  string
-	Kind   string
-	Name   string
-}
-
-func apiErrOf(t *testing.T, err error) apiErr {
-	t.Helper()
-	var statusErr apierrors.APIStatus
-	if !errors.As(err, &statusErr) {
-		t.Fatalf("got %T %v, want an API status error", err, err)
-	}
-	s := statusErr.Status()
-	out := apiErr{Code: s.Code, Reason: s.Reason}
-	if s.Details != nil {
-		out.Group, out.Kind, out.Name = s.Details.Group, s.Details.Kind, s.Details.Name
-	}
-	return out
-}
 
 func TestTranslateError(t *testing.T) {
 	batchsandboxes := controlv1alpha1.Resource("batchsandboxes")
@@ -53,7 +31,7 @@ func TestTranslateError(t *testing.T) {
 		err  error
 		// passThrough: the error must come back as it went in.
 		passThrough bool
-		want        apiErr
+		want        apitesting.APIErr
 		// wantMessage are substrings of the message; notInMessage must not be in it.
 		wantMessage  []string
 		notInMessage []string
@@ -62,35 +40,35 @@ func TestTranslateError(t *testing.T) {
 		{
 			name:         "not found",
 			err:          apierrors.NewNotFound(batchsandboxes, "demo"),
-			want:         apiErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
+			want:         apitesting.APIErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
 			wantMessage:  []string{`sandboxes.sandbox.kube-sandbox.io "demo" not found`},
 			notInMessage: []string{"batchsandbox"},
 		},
 		{
 			name:         "wrapped not found",
 			err:          fmt.Errorf("get: %w", apierrors.NewNotFound(batchsandboxes, "demo")),
-			want:         apiErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
+			want:         apitesting.APIErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
 			wantMessage:  []string{`sandboxes.sandbox.kube-sandbox.io "demo" not found`},
 			notInMessage: []string{"batchsandbox"},
 		},
 		{
 			name:         "not found without a name in the details takes the name given",
 			err:          apierrors.NewNotFound(batchsandboxes, ""),
-			want:         apiErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
+			want:         apitesting.APIErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
 			wantMessage:  []string{`sandboxes.sandbox.kube-sandbox.io "demo" not found`},
 			notInMessage: []string{"batchsandbox"},
 		},
 		{
 			name:         "already exists",
 			err:          apierrors.NewAlreadyExists(batchsandboxes, "demo"),
-			want:         apiErr{Code: http.StatusConflict, Reason: metav1.StatusReasonAlreadyExists, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
+			want:         apitesting.APIErr{Code: http.StatusConflict, Reason: metav1.StatusReasonAlreadyExists, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
 			wantMessage:  []string{`sandboxes.sandbox.kube-sandbox.io "demo" already exists`},
 			notInMessage: []string{"batchsandbox"},
 		},
 		{
 			name:         "conflict",
 			err:          apierrors.NewConflict(batchsandboxes, "demo", errors.New("the object has been modified")),
-			want:         apiErr{Code: http.StatusConflict, Reason: metav1.StatusReasonConflict, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
+			want:         apitesting.APIErr{Code: http.StatusConflict, Reason: metav1.StatusReasonConflict, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
 			wantMessage:  []string{`Operation cannot be fulfilled on sandboxes.sandbox.kube-sandbox.io "demo": the object has been modified`},
 			notInMessage: []string{"batchsandbox"},
 		},
@@ -98,7 +76,7 @@ func TestTranslateError(t *testing.T) {
 			name: "invalid with details by resource",
 			err: apierrors.NewInvalid(schema.GroupKind{Group: controlv1alpha1.GroupName, Kind: "batchsandboxes"}, "demo",
 				replicasTooHigh),
-			want:         apiErr{Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid, Group: "sandbox.kube-sandbox.io", Kind: "Sandbox", Name: "demo"},
+			want:         apitesting.APIErr{Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid, Group: "sandbox.kube-sandbox.io", Kind: "Sandbox", Name: "demo"},
 			wantMessage:  []string{`Sandbox.sandbox.kube-sandbox.io "demo" is invalid: spec.replicas: Invalid value: 2000: must be less than or equal to 1000`},
 			notInMessage: []string{"atchsandbox", "atchSandbox"},
 			wantCauses: []metav1.StatusCause{{
@@ -110,14 +88,14 @@ func TestTranslateError(t *testing.T) {
 		{
 			name:         "invalid as kube-apiserver reports it, by kind",
 			err:          apierrors.NewInvalid(batchSandboxKind, "demo", replicasTooHigh),
-			want:         apiErr{Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid, Group: "sandbox.kube-sandbox.io", Kind: "Sandbox", Name: "demo"},
+			want:         apitesting.APIErr{Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid, Group: "sandbox.kube-sandbox.io", Kind: "Sandbox", Name: "demo"},
 			wantMessage:  []string{`Sandbox.sandbox.kube-sandbox.io "demo" is invalid`},
 			notInMessage: []string{"atchSandbox"},
 		},
 		{
 			name:        "forbidden on the backend is our fault",
 			err:         apierrors.NewForbidden(batchsandboxes, "demo", errors.New("RBAC: access denied")),
-			want:        apiErr{Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError},
+			want:        apitesting.APIErr{Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError},
 			wantMessage: []string{"not allowed to act on batchsandboxes", "RBAC: access denied"},
 		},
 		{
@@ -133,7 +111,7 @@ func TestTranslateError(t *testing.T) {
 		{
 			name:        "a non-API error becomes an internal error",
 			err:         errors.New("connection refused"),
-			want:        apiErr{Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError},
+			want:        apitesting.APIErr{Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError},
 			wantMessage: []string{"connection refused"},
 		},
 	}
@@ -146,7 +124,7 @@ func TestTranslateError(t *testing.T) {
 				}
 				return
 			}
-			if diff := cmp.Diff(tt.want, apiErrOf(t, got)); diff != "" {
+			if diff := cmp.Diff(tt.want, apitesting.APIErrOf(t, got)); diff != "" {
 				t.Errorf("translateError() (-want +got):\n%s", diff)
 			}
 			msg := got.Error()

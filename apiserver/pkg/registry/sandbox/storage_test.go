@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/apiserver/internal/apitesting"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 )
 
@@ -121,7 +122,7 @@ func TestCreate(t *testing.T) {
 		options   *metav1.CreateOptions
 		validate  rest.ValidateObjectFunc
 		// wantErr is nil for success.
-		wantErr    *apiErr
+		wantErr    *apitesting.APIErr
 		wantStored []string
 	}{
 		{
@@ -185,18 +186,18 @@ func TestCreate(t *testing.T) {
 				sbx.Namespace = "other"
 				return sbx
 			}(),
-			wantErr: &apiErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
+			wantErr: &apitesting.APIErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
 		},
 		{
 			name:    "no namespace on the request",
 			obj:     withoutReplicas(),
-			wantErr: &apiErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
+			wantErr: &apitesting.APIErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
 		},
 		{
 			name:      "not a sandbox",
 			namespace: "ns",
 			obj:       &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "demo"}},
-			wantErr:   &apiErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
+			wantErr:   &apitesting.APIErr{Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest},
 		},
 		{
 			name:      "invalid",
@@ -206,14 +207,14 @@ func TestCreate(t *testing.T) {
 				sbx.Spec.Template = nil
 				return sbx
 			}(),
-			wantErr: &apiErr{Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid, Group: "sandbox.kube-sandbox.io", Kind: "Sandbox", Name: "demo"},
+			wantErr: &apitesting.APIErr{Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid, Group: "sandbox.kube-sandbox.io", Kind: "Sandbox", Name: "demo"},
 		},
 		{
 			name:      "createValidation refuses",
 			namespace: "ns",
 			obj:       withoutReplicas(),
 			validate:  func(context.Context, runtime.Object) error { return errRefused },
-			wantErr:   &apiErr{Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
+			wantErr:   &apitesting.APIErr{Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
 		},
 		{
 			// The fake client honours dry-run (it returns before storing), so this is tested
@@ -236,7 +237,7 @@ func TestCreate(t *testing.T) {
 				if err == nil {
 					t.Fatalf("Create() = %v, want error %+v", out, *tt.wantErr)
 				}
-				if diff := cmp.Diff(*tt.wantErr, apiErrOf(t, err)); diff != "" {
+				if diff := cmp.Diff(*tt.wantErr, apitesting.APIErrOf(t, err)); diff != "" {
 					t.Errorf("Create() error %v (-want +got):\n%s", err, diff)
 				}
 			} else {
@@ -288,8 +289,8 @@ func TestCreateTwice(t *testing.T) {
 		t.Fatalf("first Create() error: %v", err)
 	}
 	_, err := r.Create(ctx, validSandbox(), nil, &metav1.CreateOptions{})
-	want := apiErr{Code: http.StatusConflict, Reason: metav1.StatusReasonAlreadyExists, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"}
-	if diff := cmp.Diff(want, apiErrOf(t, err)); diff != "" {
+	want := apitesting.APIErr{Code: http.StatusConflict, Reason: metav1.StatusReasonAlreadyExists, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"}
+	if diff := cmp.Diff(want, apitesting.APIErrOf(t, err)); diff != "" {
 		t.Errorf("second Create() error %v (-want +got):\n%s", err, diff)
 	}
 	if msg := err.Error(); !strings.Contains(msg, `sandboxes.sandbox.kube-sandbox.io "demo" already exists`) || strings.Contains(msg, "batchsandboxes") {
@@ -351,16 +352,16 @@ func TestGet(t *testing.T) {
 		name      string
 		namespace string
 		get       string
-		wantErr   *apiErr
+		wantErr   *apitesting.APIErr
 	}{
 		{name: "found", namespace: "ns", get: "demo"},
 		{
 			name: "missing", namespace: "ns", get: "nope",
-			wantErr: &apiErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "nope"},
+			wantErr: &apitesting.APIErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "nope"},
 		},
 		{
 			name: "in another namespace", namespace: "other", get: "demo",
-			wantErr: &apiErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
+			wantErr: &apitesting.APIErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
 		},
 	}
 	for _, tt := range tests {
@@ -371,7 +372,7 @@ func TestGet(t *testing.T) {
 				if err == nil {
 					t.Fatalf("Get() = %v, want an error", out)
 				}
-				if diff := cmp.Diff(*tt.wantErr, apiErrOf(t, err)); diff != "" {
+				if diff := cmp.Diff(*tt.wantErr, apitesting.APIErrOf(t, err)); diff != "" {
 					t.Errorf("Get() error %v (-want +got):\n%s", err, diff)
 				}
 				return
@@ -486,7 +487,7 @@ func TestDelete(t *testing.T) {
 		delete   string
 		options  *metav1.DeleteOptions
 		validate rest.ValidateObjectFunc
-		wantErr  *apiErr
+		wantErr  *apitesting.APIErr
 		// wantDeleted is the second return value of Delete.
 		wantDeleted bool
 		// wantRemaining: the BatchSandboxes left, and whether "demo" is being deleted.
@@ -510,7 +511,7 @@ func TestDelete(t *testing.T) {
 			name:          "missing",
 			stored:        batchSandbox("ns", "demo", nil),
 			delete:        "nope",
-			wantErr:       &apiErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "nope"},
+			wantErr:       &apitesting.APIErr{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "nope"},
 			wantRemaining: []string{"ns/demo"},
 		},
 		{
@@ -526,7 +527,7 @@ func TestDelete(t *testing.T) {
 			stored:        batchSandbox("ns", "demo", nil),
 			delete:        "demo",
 			validate:      func(context.Context, runtime.Object) error { return errRefused },
-			wantErr:       &apiErr{Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
+			wantErr:       &apitesting.APIErr{Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
 			wantRemaining: []string{"ns/demo"},
 		},
 		{
@@ -534,7 +535,7 @@ func TestDelete(t *testing.T) {
 			stored:        batchSandbox("ns", "demo", nil),
 			delete:        "demo",
 			options:       &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: ptr.To("12345")}},
-			wantErr:       &apiErr{Code: http.StatusConflict, Reason: metav1.StatusReasonConflict, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
+			wantErr:       &apitesting.APIErr{Code: http.StatusConflict, Reason: metav1.StatusReasonConflict, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
 			wantRemaining: []string{"ns/demo"},
 		},
 		{
@@ -559,7 +560,7 @@ func TestDelete(t *testing.T) {
 				if err == nil {
 					t.Fatalf("Delete() = %v, want an error", out)
 				}
-				if diff := cmp.Diff(*tt.wantErr, apiErrOf(t, err)); diff != "" {
+				if diff := cmp.Diff(*tt.wantErr, apitesting.APIErrOf(t, err)); diff != "" {
 					t.Errorf("Delete() error %v (-want +got):\n%s", err, diff)
 				}
 			} else {
