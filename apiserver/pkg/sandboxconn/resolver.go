@@ -80,14 +80,19 @@ func (r *KubeResolver) Resolve(ctx context.Context, namespace, name string, repl
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("sandbox %q is not ready: %s", name, why))
 	}
 
-	podName := ""
+	podName, podReadyInStatus := "", false
 	for _, p := range bs.Status.Pods {
 		if p.Replica == replica {
-			podName = p.Name
+			podName, podReadyInStatus = p.Name, p.Ready
 		}
 	}
 	if podName == "" {
 		return nil, notReady(fmt.Sprintf("replica %d has no pod yet (phase %s)", replica, phaseOf(bs)))
+	}
+	if bs.Spec.PoolRef != nil && !podReadyInStatus {
+		// A pool pod takes the sandbox's token only when the controller allocated it through
+		// execd; the status says when that happened.
+		return nil, notReady(fmt.Sprintf("pod %s of replica %d is being allocated", podName, replica))
 	}
 	pod := &corev1.Pod{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: podName}, pod); err != nil {

@@ -5,20 +5,12 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
 )
-
-// defaultTerminationGracePeriod: sandboxes hold no state worth a long shutdown, and a fast
-// delete frees the node for the next one. A template that sets its own keeps it.
-const defaultTerminationGracePeriod = int64(5)
-
-// execdInstallPath is where the execd binary sits in the kube-sandbox image.
-const execdInstallPath = "/usr/local/bin/sandbox-execd"
 
 // podName is the name of a replica's pod in direct mode: deterministic, so that creating it
 // twice (a restarted controller, a stale cache) fails with AlreadyExists instead of making two.
@@ -47,77 +39,18 @@ func buildPod(bs *controlv1alpha1.BatchSandbox, replica int32, execdImage string
 	}
 	pod.Labels[controlv1alpha1.LabelBatchSandbox] = bs.Name
 	pod.Labels[controlv1alpha1.LabelReplica] = strconv.Itoa(int(replica))
+	pod.Labels[controlv1alpha1.LabelManagedBy] = controlv1alpha1.ManagedByController
 
-	spec := &pod.Spec
-	// Sandboxes run code nobody reviewed: no API credentials and no service environment unless
-	// the template asks for them.
-	if spec.AutomountServiceAccountToken == nil {
-		spec.AutomountServiceAccountToken = ptr.To(false)
+	// The sandbox's identity comes first, so that its own env may still override it.
+	env := []corev1.EnvVar{
+		{Name: claimapi.EnvSandboxName, Value: bs.Name},
+		{Name: claimapi.EnvSandboxNamespace, Value: bs.Namespace},
 	}
-	if spec.EnableServiceLinks == nil {
-		spec.EnableServiceLinks = ptr.To(false)
-	}
-	if spec.TerminationGracePeriodSeconds == nil {
-		spec.TerminationGracePeriodSeconds = ptr.To(defaultTerminationGracePeriod)
-	}
-
-	spec.Volumes = append(spec.Volumes, corev1.Volume{
-		Name: controlv1alpha1.ExecdVolumeName,
-		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
-			// The static execd binary is ~15 MiB.
-			SizeLimit: ptr.To(resource.MustParse("64Mi")),
-		}},
+	sandboxpod.Inject(&pod.Spec, sandboxpod.Options{
+		ExecdImage:  execdImage,
+		Entrypoint:  bs.Spec.Entrypoint,
+		Env:         append(env, bs.Spec.Env...),
+		TokenSecret: controlv1alpha1.TokenSecretName(bs.Name),
 	})
-	install := corev1.Container{
-		Name:    controlv1alpha1.ExecdInitContainerName,
-		Image:   execdImage,
-		Command: []string{execdInstallPath, "install", "--to", controlv1alpha1.ExecdBinary},
-		VolumeMounts: []corev1.VolumeMount{{
-			Name:      controlv1alpha1.ExecdVolumeName,
-			MountPath: controlv1alpha1.ExecdMountPath,
-		}},
-		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
-		},
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-	}
-	spec.InitContainers = append([]corev1.Container{install}, spec.InitContainers...)
-
-	c := &spec.Containers[0]
-	entrypoint := bs.Spec.Entrypoint
-	if len(entrypoint) == 0 {
-		entrypoint = append(append([]string{}, c.Command...), c.Args...)
-	}
-	c.Command = append([]string{controlv1alpha1.ExecdBinary, "serve", "--"}, entrypoint...)
-	c.Args = nil
-	for i := range bs.Spec.Env {
-		c.Env = append(c.Env, *bs.Spec.Env[i].DeepCopy())
-	}
-	c.Env = append(c.Env, corev1.EnvVar{
-		Name: controlv1alpha1.ExecdTokenEnv,
-		ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: controlv1alpha1.TokenSecretName(bs.Name)},
-			Key:                  controlv1alpha1.ExecdTokenKey,
-		}},
-	})
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{
-		Name:      controlv1alpha1.ExecdVolumeName,
-		MountPath: controlv1alpha1.ExecdMountPath,
-		ReadOnly:  true,
-	})
-	if c.ReadinessProbe == nil {
-		// Ready means execd answers: the sandbox can take commands. A short period makes a new
-		// sandbox usable soon after its container starts.
-		c.ReadinessProbe = &corev1.Probe{
-			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-				Path: "/readyz",
-				Port: intstr.FromInt32(controlv1alpha1.ExecdPort),
-			}},
-			PeriodSeconds:    1,
-			FailureThreshold: 3,
-			TimeoutSeconds:   1,
-		}
-	}
 	return pod
 }

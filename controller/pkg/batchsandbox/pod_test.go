@@ -94,6 +94,7 @@ func minimalPod() *corev1.Pod {
 			Labels: map[string]string{
 				controlv1alpha1.LabelBatchSandbox: "demo",
 				controlv1alpha1.LabelReplica:      "0",
+				controlv1alpha1.LabelManagedBy:    "sandbox-controller",
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion:         "control.kube-sandbox.io/v1alpha1",
@@ -110,7 +111,7 @@ func minimalPod() *corev1.Pod {
 				Name:           "main",
 				Image:          "busybox",
 				Command:        []string{controlv1alpha1.ExecdBinary, "serve", "--"},
-				Env:            []corev1.EnvVar{tokenEnv("demo")},
+				Env:            []corev1.EnvVar{{Name: "SANDBOX_NAME", Value: "demo"}, {Name: "SANDBOX_NAMESPACE", Value: "team-a"}, tokenEnv("demo")},
 				VolumeMounts:   []corev1.VolumeMount{execdMount()},
 				ReadinessProbe: defaultReadinessProbe(),
 			}},
@@ -182,7 +183,7 @@ func TestBuildPod(t *testing.T) {
 			},
 		},
 		{
-			name: "env is template env, then spec env, then the token",
+			name: "env is template env, the sandbox's identity, spec env, then the token",
 			bs: func(bs *controlv1alpha1.BatchSandbox) {
 				bs.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "FROM_TEMPLATE", Value: "1"}}
 				bs.Spec.Env = []corev1.EnvVar{{Name: "FROM_SPEC", Value: "2"}}
@@ -190,6 +191,8 @@ func TestBuildPod(t *testing.T) {
 			want: func(p *corev1.Pod) {
 				p.Spec.Containers[0].Env = []corev1.EnvVar{
 					{Name: "FROM_TEMPLATE", Value: "1"},
+					{Name: "SANDBOX_NAME", Value: "demo"},
+					{Name: "SANDBOX_NAMESPACE", Value: "team-a"},
 					{Name: "FROM_SPEC", Value: "2"},
 					tokenEnv("demo"),
 				}

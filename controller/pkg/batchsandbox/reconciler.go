@@ -1,11 +1,11 @@
-// Package batchsandbox reconciles BatchSandboxes in direct mode: one pod per replica from the
-// template, a per-sandbox execd token, and a status that says what a user can act on.
+// Package batchsandbox reconciles BatchSandboxes: in direct mode one pod per replica from the
+// template, in pooled mode one warm pod per replica allocated from a Pool (pooled.go); a
+// per-sandbox execd token, and a status that says what a user can act on.
 package batchsandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 )
 
 // Reconciler reconciles a BatchSandbox.
@@ -36,6 +37,11 @@ type Reconciler struct {
 	Clock clock.PassiveClock
 	// APIReader reads around the cache, which holds only what carries our labels; nil: Client.
 	APIReader ctrl.Reader
+	// Claimer allocates execd of a pool pod to a sandbox; nil: HTTPClaimer.
+	Claimer Claimer
+
+	// allocations remembers the pool pods this process allocated until the cache shows them.
+	allocations allocations
 }
 
 func (r *Reconciler) now() time.Time {
@@ -76,13 +82,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
 	}
+	token, err := r.ensureToken(ctx, bs)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if bs.Spec.PoolRef != nil {
+		return r.reconcilePooled(ctx, bs, token, result)
+	}
 	if bs.Spec.Template == nil || len(bs.Spec.Template.Spec.Containers) == 0 {
 		// The CRD refuses this; an object written before that rule existed gets a condition.
-		return result, r.updateStatus(ctx, bs, nil, &createFailure{reason: controlv1alpha1.ReasonPodCreateFailed, message: "spec.template has no containers"})
-	}
-
-	if err := r.ensureToken(ctx, bs); err != nil {
-		return reconcile.Result{}, err
+		return result, r.updateStatus(ctx, bs, nil, nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: "spec.template has no containers"})
 	}
 
 	pods, err := r.listPods(ctx, bs)
@@ -107,7 +116,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		byReplica[int32(idx)] = p
 	}
 
-	var failure *createFailure
+	var failure *sandboxpod.Problem
 	for i := int32(0); i < desired; i++ {
 		if _, ok := byReplica[i]; ok {
 			continue
@@ -123,13 +132,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
 			// The template cannot make a pod (or a quota/policy refuses it): retrying will not
 			// help until the user changes something, which brings a new event.
-			failure = &createFailure{reason: controlv1alpha1.ReasonPodCreateFailed, message: err.Error()}
+			failure = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: err.Error()}
 			r.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodCreateFailed, "CreatePod", "replica %d: %v", i, err)
 		default:
 			return reconcile.Result{}, fmt.Errorf("create pod for replica %d: %w", i, err)
 		}
 	}
-	return result, r.updateStatus(ctx, bs, byReplica, failure)
+	return result, r.updateStatus(ctx, bs, byReplica, nil, failure)
 }
 
 // expire marks the BatchSandbox Expired and deletes it; the finalizer then removes its pods.
@@ -171,7 +180,8 @@ func (r *Reconciler) finalize(ctx context.Context, bs *controlv1alpha1.BatchSand
 	}
 	for i := range pods {
 		if pods[i].DeletionTimestamp == nil {
-			if err := r.Client.Delete(ctx, &pods[i]); ctrl.IgnoreNotFound(err) != nil {
+			// The UID precondition: a pod of this name made since is not ours to delete.
+			if err := r.Client.Delete(ctx, &pods[i], ctrl.Preconditions{UID: &pods[i].UID}); ctrl.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 				return fmt.Errorf("delete pod: %w", err)
 			}
 		}
@@ -185,11 +195,8 @@ func (r *Reconciler) finalize(ctx context.Context, bs *controlv1alpha1.BatchSand
 	if err := r.Client.Patch(ctx, bs, patch); ctrl.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("remove finalizer: %w", err)
 	}
+	r.allocations.forget(ctrl.ObjectKeyFromObject(bs))
 	return nil
-}
-
-type createFailure struct {
-	reason, message string
 }
 
 func replicas(bs *controlv1alpha1.BatchSandbox) int32 {
@@ -213,65 +220,36 @@ func (r *Reconciler) listPods(ctx context.Context, bs *controlv1alpha1.BatchSand
 			out = append(out, p)
 		}
 	}
-	return out, nil
+	// Pool pods this process allocated a moment ago that the cache does not show yet.
+	return r.allocations.merge(bs, out, func(name string) (*corev1.Pod, bool) {
+		p := &corev1.Pod{}
+		if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: bs.Namespace, Name: name}, p); err != nil {
+			return nil, false
+		}
+		return p, true
+	}), nil
 }
 
-// ensureToken creates the Secret that holds the token the apiserver presents to execd.
-func (r *Reconciler) ensureToken(ctx context.Context, bs *controlv1alpha1.BatchSandbox) error {
+// ensureToken creates the Secret that holds the token the apiserver presents to execd, and
+// returns the token.
+func (r *Reconciler) ensureToken(ctx context.Context, bs *controlv1alpha1.BatchSandbox) (string, error) {
 	name := controlv1alpha1.TokenSecretName(bs.Name)
-	existing := &corev1.Secret{}
-	err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: bs.Namespace, Name: name}, existing)
-	if err == nil {
-		if !metav1.IsControlledBy(existing, bs) {
-			return fmt.Errorf("secret %s/%s exists and does not belong to this sandbox", bs.Namespace, name)
-		}
-		return nil
+	token, err := sandboxpod.EnsureToken(ctx, r.Client, r.APIReader, bs, name, map[string]string{
+		controlv1alpha1.LabelBatchSandbox: bs.Name,
+		controlv1alpha1.LabelManagedBy:    controlv1alpha1.ManagedByController,
+	})
+	var conflict *sandboxpod.ErrTokenConflict
+	if errors.As(err, &conflict) {
+		r.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, "TokenConflict", "CreateToken",
+			"secret %s exists and does not belong to this sandbox; delete or rename it", name)
 	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("get token secret: %w", err)
-	}
-	buf := make([]byte, 32)
-	if _, err := rand.Read(buf); err != nil {
-		return fmt.Errorf("generate token: %w", err)
-	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      name,
-			Namespace: bs.Namespace,
-			Labels:    map[string]string{controlv1alpha1.LabelBatchSandbox: bs.Name},
-		},
-		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{controlv1alpha1.ExecdTokenKey: []byte(hex.EncodeToString(buf))},
-	}
-	if err := controllerutil.SetControllerReference(bs, secret, r.Client.Scheme()); err != nil {
-		return err
-	}
-	err = r.Client.Create(ctx, secret)
-	if apierrors.IsAlreadyExists(err) {
-		// The cache holds only Secrets labelled as ours: one by that name without the label
-		// is invisible to it. Read it from the API and refuse to use a token we did not make.
-		reader := r.APIReader
-		if reader == nil {
-			reader = r.Client
-		}
-		if err := reader.Get(ctx, ctrl.ObjectKey{Namespace: bs.Namespace, Name: name}, existing); err != nil {
-			return fmt.Errorf("get token secret: %w", err)
-		}
-		if !metav1.IsControlledBy(existing, bs) {
-			r.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, "TokenConflict", "CreateToken",
-				"secret %s exists and does not belong to this sandbox; delete or rename it", name)
-			return fmt.Errorf("secret %s/%s exists and does not belong to this sandbox", bs.Namespace, name)
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create token secret: %w", err)
-	}
-	return nil
+	return token, err
 }
 
-// updateStatus computes the status from the pods and writes it if it changed.
-func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, failure *createFailure) error {
+// updateStatus computes the status from the pods and writes it if it changed. claimed is nil
+// in direct mode; in pooled mode it holds, per replica, the runtime ID of the container that
+// accepted the allocation: a replica is ready only when that is the running container.
+func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, failure *sandboxpod.Problem) error {
 	status := controlv1alpha1.BatchSandboxStatus{
 		ObservedGeneration: bs.Generation,
 		Conditions:         append([]metav1.Condition(nil), bs.Status.Conditions...),
@@ -282,12 +260,14 @@ func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.Batch
 	}
 	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
 
-	var podProblem *createFailure
+	var podProblem *sandboxpod.Problem
 	for _, i := range idx {
 		p := byReplica[i]
-		ps := controlv1alpha1.SandboxPodStatus{Replica: i, Name: p.Name, IP: p.Status.PodIP, NodeName: p.Spec.NodeName, Ready: podReady(p)}
-		if cs := sandboxContainerStatus(p); cs != nil {
-			ps.RuntimeID = cs.ContainerID
+		ps := controlv1alpha1.SandboxPodStatus{Replica: i, Name: p.Name, IP: p.Status.PodIP, NodeName: p.Spec.NodeName,
+			Ready: sandboxpod.Ready(p), RuntimeID: sandboxpod.RuntimeID(p)}
+		if claimed != nil {
+			ps.RuntimeID = claimed[i]
+			ps.Ready = ps.Ready && ps.RuntimeID != "" && ps.RuntimeID == sandboxpod.RuntimeID(p)
 		}
 		status.Pods = append(status.Pods, ps)
 		status.Replicas++
@@ -295,7 +275,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.Batch
 			status.Ready++
 		}
 		if podProblem == nil {
-			podProblem = podFailure(p)
+			podProblem = sandboxpod.Failure(p)
 		}
 	}
 
@@ -304,10 +284,13 @@ func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.Batch
 	switch {
 	case failure != nil:
 		status.Phase = controlv1alpha1.PhaseFailed
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, failure.reason, failure.message
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, failure.Reason, failure.Message
+		if failure.Pending {
+			status.Phase = controlv1alpha1.PhasePending
+		}
 	case podProblem != nil:
 		status.Phase = controlv1alpha1.PhaseFailed
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, podProblem.reason, podProblem.message
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, podProblem.Reason, podProblem.Message
 	case status.Ready == desired:
 		status.Phase = controlv1alpha1.PhaseRunning
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, controlv1alpha1.ReasonPodsReady, fmt.Sprintf("%d/%d replicas ready", status.Ready, desired)
@@ -328,50 +311,6 @@ func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.Batch
 	bs.Status = status
 	if err := r.Client.Status().Patch(ctx, bs, patch); err != nil {
 		return fmt.Errorf("update status: %w", err)
-	}
-	return nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func sandboxContainerStatus(p *corev1.Pod) *corev1.ContainerStatus {
-	if len(p.Spec.Containers) == 0 {
-		return nil
-	}
-	for i := range p.Status.ContainerStatuses {
-		if p.Status.ContainerStatuses[i].Name == p.Spec.Containers[0].Name {
-			return &p.Status.ContainerStatuses[i]
-		}
-	}
-	return nil
-}
-
-// imagePullReasons are the waiting reasons of a container whose image cannot be had.
-var imagePullReasons = map[string]bool{
-	"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true, "InvalidImageName": true,
-}
-
-// podFailure says why a pod cannot run, in terms a user can act on, or nil.
-func podFailure(p *corev1.Pod) *createFailure {
-	if p.Status.Phase == corev1.PodFailed {
-		return &createFailure{reason: controlv1alpha1.ReasonPodFailed, message: fmt.Sprintf("pod %s failed: %s %s", p.Name, p.Status.Reason, p.Status.Message)}
-	}
-	statuses := append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
-	for _, cs := range statuses {
-		if w := cs.State.Waiting; w != nil && imagePullReasons[w.Reason] {
-			return &createFailure{reason: controlv1alpha1.ReasonImagePullFailed,
-				message: fmt.Sprintf("pod %s container %s: %s: %s", p.Name, cs.Name, w.Reason, w.Message)}
-		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -27,6 +28,8 @@ import (
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/batchsandbox"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pool"
 )
 
 // Options are the flags of sandbox-controller.
@@ -37,6 +40,14 @@ type Options struct {
 	LeaderElectionNS string
 	ExecdImage       string
 	Kubeconfig       string
+	// KubeAPIQPS and KubeAPIBurst bound the controller's requests to the kube-apiserver.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+	// MaxConcurrentReconciles of BatchSandboxes.
+	MaxConcurrentReconciles int
+	// PoolRefillDelay and PoolMaxStarting pace the pools' refills.
+	PoolRefillDelay time.Duration
+	PoolMaxStarting int32
 	// InProcessRestart lets a test start the manager again in the same process (controller
 	// names are otherwise checked to be unique per process). No flag sets it.
 	InProcessRestart bool
@@ -48,6 +59,13 @@ func NewOptions() *Options {
 		MetricsAddr: ":8080",
 		ProbeAddr:   ":8081",
 		LeaderElect: true,
+		// Allocating a 100-replica sandbox takes 100 pod writes; client-go's default of 20/s
+		// would make that five seconds.
+		KubeAPIQPS:              200,
+		KubeAPIBurst:            400,
+		MaxConcurrentReconciles: batchsandbox.DefaultMaxConcurrentReconciles,
+		PoolRefillDelay:         pool.DefaultRefillDelay,
+		PoolMaxStarting:         pool.DefaultMaxStarting,
 	}
 }
 
@@ -59,12 +77,23 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", o.LeaderElectionNS, "Namespace of the leader election lease (default: the pod's namespace).")
 	fs.StringVar(&o.ExecdImage, "execd-image", o.ExecdImage, "Image holding /usr/local/bin/sandbox-execd, copied into every sandbox pod by an init container (required).")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig file; in-cluster configuration when empty.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second to the kube-apiserver (sustained).")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Requests to the kube-apiserver in a burst.")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "BatchSandboxes reconciled at once; sandboxes created together are allocated together.")
+	fs.DurationVar(&o.PoolRefillDelay, "pool-refill-delay", o.PoolRefillDelay, "A pool replaces the pods it gave away only after this long without an allocation (unless sandboxes wait for pods), so refills never slow a burst of allocations down.")
+	fs.Int32Var(&o.PoolMaxStarting, "pool-max-starting", o.PoolMaxStarting, "Most idle pods of one pool starting at once.")
 }
 
 // Validate checks the options.
 func (o *Options) Validate() error {
 	if o.ExecdImage == "" {
 		return errors.New("--execd-image is required: sandbox pods need it to get sandbox-execd")
+	}
+	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
+		return errors.New("--kube-api-qps and --kube-api-burst must be positive")
+	}
+	if o.MaxConcurrentReconciles < 1 || o.PoolMaxStarting < 1 || o.PoolRefillDelay < 0 {
+		return errors.New("--max-concurrent-reconciles and --pool-max-starting must be positive, --pool-refill-delay not negative")
 	}
 	return nil
 }
@@ -86,9 +115,10 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	// Cache only the pods and Secrets that sandboxes own: a cluster's other pods and Secrets
+	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	// Cache only the pods and Secrets the controller made: a cluster's other pods and Secrets
 	// are none of our business and would cost memory.
-	owned, err := labels.NewRequirement(controlv1alpha1.LabelBatchSandbox, selection.Exists, nil)
+	owned, err := labels.NewRequirement(controlv1alpha1.LabelManagedBy, selection.Equals, []string{controlv1alpha1.ManagedByController})
 	if err != nil {
 		return err
 	}
@@ -109,13 +139,27 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	if err := index.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("set up indexes: %w", err)
+	}
+	recorder := mgr.GetEventRecorder("sandbox-controller")
 	if err := (&batchsandbox.Reconciler{
 		Client:     mgr.GetClient(),
 		APIReader:  mgr.GetAPIReader(),
-		Recorder:   mgr.GetEventRecorder("sandbox-controller"),
+		Recorder:   recorder,
 		ExecdImage: o.ExecdImage,
-	}).SetupWithManager(mgr); err != nil {
+	}).SetupWithManager(mgr, o.MaxConcurrentReconciles); err != nil {
 		return fmt.Errorf("set up batchsandbox controller: %w", err)
+	}
+	if err := (&pool.Reconciler{
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Recorder:    recorder,
+		ExecdImage:  o.ExecdImage,
+		RefillDelay: o.PoolRefillDelay,
+		MaxStarting: o.PoolMaxStarting,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up pool controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
@@ -132,11 +176,19 @@ func NewCommand(ctx context.Context) *cobra.Command {
 	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   "sandbox-controller",
-		Short: "Reconcile BatchSandboxes (control.kube-sandbox.io): sandbox pods, tokens and status",
-		Long: `sandbox-controller runs the controllers of kube-sandbox. For each BatchSandbox it creates one
-pod per replica from the template, with sandbox-execd installed by an init container and
-wrapping the entrypoint, creates the per-sandbox execd token, and reports progress and problems
-in the status conditions and as Events.`,
+		Short: "Reconcile BatchSandboxes and Pools (control.kube-sandbox.io): sandbox pods, warm pools, tokens and status",
+		Long: `sandbox-controller runs the controllers of kube-sandbox.
+
+For each BatchSandbox with a template it creates one pod per replica, with sandbox-execd
+installed by an init container and wrapping the entrypoint; for one with a poolRef it allocates
+an idle pod of the Pool per replica (one write on the pod, with its resourceVersion as
+precondition) and hands it to the sandbox through execd. It creates the per-sandbox execd
+token, replaces lost pods, and reports progress and problems in the status conditions and as
+Events.
+
+For each Pool it keeps idle pods warm between the buffer and pool bounds, paces refills so they
+never compete with allocations, and replaces idle pods of an older template within the
+maxUnavailable budget. Pods given to sandboxes are never touched.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {

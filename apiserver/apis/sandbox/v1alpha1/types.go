@@ -27,20 +27,29 @@ type SandboxSpec struct {
 	// +optional
 	Replicas *int32 `json:"replicas,omitempty"`
 
+	// poolRef names the Pool (control.kube-sandbox.io, same namespace) whose warm pods the
+	// replicas are allocated from: a sandbox in milliseconds. Exactly one of poolRef and
+	// template. Immutable.
+	// +optional
+	PoolRef *SandboxPoolReference `json:"poolRef,omitempty"`
+
 	// template is the pod template of direct mode: each replica is a pod made from it. Its first
 	// container is the sandbox container, which runs the entrypoint under sandbox-execd, so any
-	// image works unchanged.
+	// image works unchanged. Exactly one of poolRef and template. Immutable.
 	// +optional
 	Template *corev1.PodTemplateSpec `json:"template,omitempty"`
 
 	// entrypoint is the command the sandbox container runs under sandbox-execd. Without it, the
 	// container's command and args from the template; without those, execd alone, waiting for
 	// commands. (The image's own ENTRYPOINT is not known here: a template container that sets
-	// args sets command too.)
+	// args sets command too.) With poolRef, execd starts it when the pod is allocated, and the
+	// sandbox stays usable when it exits.
 	// +optional
 	Entrypoint []string `json:"entrypoint,omitempty"`
 
-	// env is added to the sandbox container's environment.
+	// env is added to the sandbox container's environment. With poolRef, it reaches the pod when
+	// it is allocated (with SANDBOX_NAME and SANDBOX_NAMESPACE), for the entrypoint and every
+	// exec; only literal values then (no valueFrom).
 	// +optional
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
@@ -53,6 +62,12 @@ type SandboxSpec struct {
 	// autoRenew keeps the sandbox alive while it is used.
 	// +optional
 	AutoRenew *SandboxAutoRenew `json:"autoRenew,omitempty"`
+}
+
+// SandboxPoolReference names a Pool of the sandbox's namespace.
+type SandboxPoolReference struct {
+	// name of the Pool.
+	Name string `json:"name"`
 }
 
 // SandboxAutoRenew keeps a sandbox alive while it is used.

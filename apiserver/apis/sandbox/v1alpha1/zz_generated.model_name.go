@@ -52,6 +52,11 @@ func (in SandboxPodStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxPoolReference) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxPoolReference"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxProxyOptions) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxProxyOptions"
 }

@@ -41,6 +41,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.SandboxFilesOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxFilesOptions(ref),
 		v1alpha1.SandboxList{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxList(ref),
 		v1alpha1.SandboxPodStatus{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref),
+		v1alpha1.SandboxPoolReference{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxPoolReference(ref),
 		v1alpha1.SandboxProxyOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxProxyOptions(ref),
 		v1alpha1.SandboxRenewal{}.OpenAPIModelName():               schema_apiserver_apis_sandbox_v1alpha1_SandboxRenewal(ref),
 		v1alpha1.SandboxSpec{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref),
@@ -672,6 +673,28 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref common.Referenc
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxPoolReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxPoolReference names a Pool of the sandbox's namespace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name of the Pool.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxProxyOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -775,15 +798,21 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref common.ReferenceCall
 							Format:      "int32",
 						},
 					},
+					"poolRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "poolRef names the Pool (control.kube-sandbox.io, same namespace) whose warm pods the replicas are allocated from: a sandbox in milliseconds. Exactly one of poolRef and template. Immutable.",
+							Ref:         ref(v1alpha1.SandboxPoolReference{}.OpenAPIModelName()),
+						},
+					},
 					"template": {
 						SchemaProps: spec.SchemaProps{
-							Description: "template is the pod template of direct mode: each replica is a pod made from it. Its first container is the sandbox container, which runs the entrypoint under sandbox-execd, so any image works unchanged.",
+							Description: "template is the pod template of direct mode: each replica is a pod made from it. Its first container is the sandbox container, which runs the entrypoint under sandbox-execd, so any image works unchanged. Exactly one of poolRef and template. Immutable.",
 							Ref:         ref(v1.PodTemplateSpec{}.OpenAPIModelName()),
 						},
 					},
 					"entrypoint": {
 						SchemaProps: spec.SchemaProps{
-							Description: "entrypoint is the command the sandbox container runs under sandbox-execd. Without it, the container's command and args from the template; without those, execd alone, waiting for commands. (The image's own ENTRYPOINT is not known here: a template container that sets args sets command too.)",
+							Description: "entrypoint is the command the sandbox container runs under sandbox-execd. Without it, the container's command and args from the template; without those, execd alone, waiting for commands. (The image's own ENTRYPOINT is not known here: a template container that sets args sets command too.) With poolRef, execd starts it when the pod is allocated, and the sandbox stays usable when it exits.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -797,7 +826,7 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref common.ReferenceCall
 					},
 					"env": {
 						SchemaProps: spec.SchemaProps{
-							Description: "env is added to the sandbox container's environment.",
+							Description: "env is added to the sandbox container's environment. With poolRef, it reaches the pod when it is allocated (with SANDBOX_NAME and SANDBOX_NAMESPACE), for the entrypoint and every exec; only literal values then (no valueFrom).",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -825,7 +854,7 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref common.ReferenceCall
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.SandboxAutoRenew{}.OpenAPIModelName(), v1.EnvVar{}.OpenAPIModelName(), v1.PodTemplateSpec{}.OpenAPIModelName()},
+			v1alpha1.SandboxAutoRenew{}.OpenAPIModelName(), v1alpha1.SandboxPoolReference{}.OpenAPIModelName(), v1.EnvVar{}.OpenAPIModelName(), v1.PodTemplateSpec{}.OpenAPIModelName()},
 	}
 }
 

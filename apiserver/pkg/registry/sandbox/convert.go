@@ -34,6 +34,9 @@ func toBatchSandbox(sbx *sandboxv1alpha1.Sandbox) *controlv1alpha1.BatchSandbox 
 	if sbx.Spec.AutoRenew != nil {
 		bs.Spec.AutoRenew = &controlv1alpha1.AutoRenew{ExtendSeconds: sbx.Spec.AutoRenew.ExtendSeconds}
 	}
+	if sbx.Spec.PoolRef != nil {
+		bs.Spec.PoolRef = &controlv1alpha1.PoolReference{Name: sbx.Spec.PoolRef.Name}
+	}
 	return bs.DeepCopy()
 }
 
@@ -68,6 +71,9 @@ func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox
 	}
 	if bs.Spec.AutoRenew != nil {
 		sbx.Spec.AutoRenew = &sandboxv1alpha1.SandboxAutoRenew{ExtendSeconds: bs.Spec.AutoRenew.ExtendSeconds}
+	}
+	if bs.Spec.PoolRef != nil {
+		sbx.Spec.PoolRef = &sandboxv1alpha1.SandboxPoolReference{Name: bs.Spec.PoolRef.Name}
 	}
 	if bs.DeletionTimestamp != nil && bs.Status.Phase != controlv1alpha1.PhaseExpired {
 		sbx.Status.Phase = sandboxv1alpha1.PhaseTerminating

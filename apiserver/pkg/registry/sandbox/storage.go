@@ -109,6 +109,9 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	}
 	bs := toBatchSandbox(sbx)
 	bs.ResourceVersion = ""
+	// The controller would add it in a write of its own; a sandbox is meant to be usable within
+	// milliseconds of its creation.
+	controllerutil.AddFinalizer(bs, controlv1alpha1.FinalizerPods)
 	if err := r.backend.Create(ctx, bs, createOptions(options)); err != nil {
 		return nil, translateError(err, sbx.Name)
 	}

@@ -245,9 +245,11 @@ func TestCreate(t *testing.T) {
 					t.Fatalf("Create() error: %v", err)
 				}
 				want := &sandboxv1alpha1.Sandbox{
-					TypeMeta:   sandboxTypeMeta,
-					ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns", Labels: map[string]string{"team": "a"}},
-					Spec:       validSandbox().Spec, // with replicas 1
+					TypeMeta: sandboxTypeMeta,
+					// The finalizer comes with the creation, saving the controller a write.
+					ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns", Labels: map[string]string{"team": "a"},
+						Finalizers: []string{controlv1alpha1.FinalizerPods}},
+					Spec: validSandbox().Spec, // with replicas 1
 				}
 				if diff := cmp.Diff(want, out, cmpopts.IgnoreFields(metav1.ObjectMeta{}, "ResourceVersion")); diff != "" {
 					t.Errorf("Create() returned (-want +got):\n%s", diff)

@@ -94,13 +94,17 @@ func (c tableConvertor) tableRow(sbx *sandboxv1alpha1.Sandbox) metav1.TableRow {
 	if t := sbx.Spec.Template; t != nil && len(t.Spec.Containers) > 0 {
 		image = t.Spec.Containers[0].Image
 	}
+	pool := "<none>"
+	if sbx.Spec.PoolRef != nil {
+		pool = sbx.Spec.PoolRef.Name
+	}
 	return metav1.TableRow{
 		Object: runtime.RawExtension{Object: sbx},
 		Cells: []interface{}{
 			sbx.Name,
 			phase,
 			fmt.Sprintf("%d/%d", sbx.Status.Ready, desired),
-			"<none>",
+			pool,
 			expires,
 			c.age(sbx.CreationTimestamp),
 			image, pod, node,

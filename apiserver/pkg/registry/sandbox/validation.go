@@ -57,6 +57,7 @@ func validateSandboxUpdate(sbx, old *sandboxv1alpha1.Sandbox, limits Limits) fie
 			allErrs = append(allErrs, field.Invalid(fld, newV, "field is immutable"))
 		}
 	}
+	immutable(sbx.Spec.PoolRef, old.Spec.PoolRef, spec.Child("poolRef"))
 	immutable(sbx.Spec.Template, old.Spec.Template, spec.Child("template"))
 	immutable(sbx.Spec.Entrypoint, old.Spec.Entrypoint, spec.Child("entrypoint"))
 	immutable(sbx.Spec.Env, old.Spec.Env, spec.Child("env"))
@@ -92,8 +93,25 @@ func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.P
 
 	tmpl := fld.Child("template")
 	switch {
+	case spec.PoolRef != nil && spec.Template != nil:
+		allErrs = append(allErrs, field.Forbidden(tmpl, "a sandbox takes its pods from poolRef or from template, not both"))
+	case spec.PoolRef != nil:
+		poolRef := fld.Child("poolRef", "name")
+		if spec.PoolRef.Name == "" {
+			allErrs = append(allErrs, field.Required(poolRef, "the name of a Pool of this namespace"))
+		} else {
+			for _, msg := range utilvalidation.IsDNS1123Subdomain(spec.PoolRef.Name) {
+				allErrs = append(allErrs, field.Invalid(poolRef, spec.PoolRef.Name, msg))
+			}
+		}
+		for i, e := range spec.Env {
+			if e.ValueFrom != nil {
+				allErrs = append(allErrs, field.Forbidden(fld.Child("env").Index(i).Child("valueFrom"),
+					"a pooled sandbox takes literal values only: valueFrom is resolved when a pod starts, and a pool pod has started already"))
+			}
+		}
 	case spec.Template == nil:
-		allErrs = append(allErrs, field.Required(tmpl, "a pod template is required"))
+		allErrs = append(allErrs, field.Required(tmpl, "template or poolRef is required"))
 	case len(spec.Template.Spec.Containers) == 0:
 		allErrs = append(allErrs, field.Required(tmpl.Child("spec", "containers"), "the first container is the sandbox container"))
 	default:

@@ -46,6 +46,17 @@ const (
 	ReasonPodFailed       = "PodFailed"
 	ReasonImagePullFailed = "ImagePullFailed"
 	ReasonExpired         = "Expired"
+	// ReasonPoolExhausted: the pool has no idle pod for a replica; the pool grows (up to its
+	// poolMax) and the replica gets the next pod that becomes ready.
+	ReasonPoolExhausted = "PoolExhausted"
+	// ReasonPoolNotFound: spec.poolRef names no Pool of the namespace.
+	ReasonPoolNotFound = "PoolNotFound"
+	// ReasonAllocated (Event): a pool pod was allocated to a replica.
+	ReasonAllocated = "Allocated"
+	// ReasonAllocateFailed: execd of an allocated pod refused or failed the allocation.
+	ReasonAllocateFailed = "AllocateFailed"
+	// ReasonPodLost (Event): a replica's pod disappeared or failed and is being replaced.
+	ReasonPodLost = "PodLost"
 )
 
 // FinalizerPods holds a BatchSandbox until its pods are gone, so that deleting a sandbox
@@ -53,7 +64,9 @@ const (
 const FinalizerPods = "control.kube-sandbox.io/pods"
 
 // BatchSandboxSpec is the desired state of a BatchSandbox.
-// +kubebuilder:validation:XValidation:rule="has(self.template)",message="template is required"
+// +kubebuilder:validation:XValidation:rule="has(self.template) != has(self.poolRef)",message="exactly one of template and poolRef is required"
+// +kubebuilder:validation:XValidation:rule="has(self.poolRef) == has(oldSelf.poolRef) && (!has(self.poolRef) || self.poolRef.name == oldSelf.poolRef.name)",message="poolRef is immutable: a sandbox keeps its mode and its pool"
+// +kubebuilder:validation:XValidation:rule="!has(self.poolRef) || !has(self.env) || self.env.all(e, !has(e.valueFrom))",message="env of a pooled sandbox takes literal values only: valueFrom is resolved when a pod starts, and a pool pod has started already"
 type BatchSandboxSpec struct {
 	// replicas is the number of sandbox pods.
 	// +kubebuilder:default=1
@@ -61,6 +74,11 @@ type BatchSandboxSpec struct {
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	Replicas *int32 `json:"replicas,omitempty"`
+
+	// poolRef names the Pool (in the same namespace) whose warm pods the replicas are allocated
+	// from. Exactly one of poolRef and template. Immutable.
+	// +optional
+	PoolRef *PoolReference `json:"poolRef,omitempty"`
 
 	// template is the pod template of direct mode: each replica is a pod made from it. Its first
 	// container is the sandbox container, which runs the entrypoint under sandbox-execd.
@@ -94,6 +112,13 @@ type BatchSandboxSpec struct {
 	AutoRenew *AutoRenew `json:"autoRenew,omitempty"`
 }
 
+// PoolReference names a Pool of the same namespace.
+type PoolReference struct {
+	// name of the Pool.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
 // AutoRenew keeps a sandbox alive while it is used.
 type AutoRenew struct {
 	// extendSeconds: every access (exec, files, proxy) moves the expiry to at least
@@ -114,10 +139,13 @@ type SandboxPodStatus struct {
 	// nodeName is where the pod runs.
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
-	// runtimeID is the container runtime's ID of the sandbox container.
+	// runtimeID is the container runtime's ID of the sandbox container. For a pool pod, it is
+	// the container that accepted the allocation: a container that restarted gets the
+	// allocation again before the replica is ready.
 	// +optional
 	RuntimeID string `json:"runtimeID,omitempty"`
-	// ready is true when the sandbox container is ready for commands.
+	// ready is true when the sandbox container is ready for commands (for a pool pod: once it
+	// accepted the allocation).
 	Ready bool `json:"ready"`
 }
 
@@ -155,6 +183,7 @@ type BatchSandboxStatus struct {
 // +kubebuilder:resource:shortName=bsbx,categories=kube-sandbox
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef.name`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
 // +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.spec.expireTime`
 // +kubebuilder:selectablefield:JSONPath=`.status.phase`

@@ -25,7 +25,7 @@ func Resource(resource string) schema.GroupResource {
 }
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &BatchSandbox{}, &BatchSandboxList{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &BatchSandbox{}, &BatchSandboxList{}, &Pool{}, &PoolList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

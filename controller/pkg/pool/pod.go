@@ -1,0 +1,41 @@
+package pool
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
+)
+
+// buildPod makes an idle pod of the pool: the template with execd installed, holding the
+// pool's token until a sandbox claims it. The name is generated: pool pods are
+// interchangeable until allocated.
+func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string) *corev1.Pod {
+	tmpl := pool.Spec.Template.DeepCopy()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: pool.Name + "-",
+			Namespace:    pool.Namespace,
+			Labels:       tmpl.Labels,
+			Annotations:  tmpl.Annotations,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool,
+				controlv1alpha1.SchemeGroupVersion.WithKind("Pool"))},
+		},
+		Spec: tmpl.Spec,
+	}
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	// A template's own labels must not make an idle pod look allocated.
+	delete(pod.Labels, controlv1alpha1.LabelBatchSandbox)
+	delete(pod.Labels, controlv1alpha1.LabelReplica)
+	pod.Labels[controlv1alpha1.LabelPool] = pool.Name
+	pod.Labels[controlv1alpha1.LabelPoolRevision] = revision
+	pod.Labels[controlv1alpha1.LabelManagedBy] = controlv1alpha1.ManagedByController
+	sandboxpod.Inject(&pod.Spec, sandboxpod.Options{
+		ExecdImage:  execdImage,
+		TokenSecret: controlv1alpha1.PoolTokenSecretName(pool.Name),
+	})
+	return pod
+}
