@@ -22,7 +22,8 @@ log "image $KUBE_SANDBOX_IMAGE ${after:0:19}$([ "$before" = "$after" ] && echo '
 
 log "kubectl apply --server-side -k artifacts/local"
 kubectl apply --server-side --force-conflicts -k "$ROOT/artifacts/local" >"$RUN/logs/install.log"
-kubectl wait --for=condition=Established crd/batchsandboxes.control.kube-sandbox.io --timeout="$TIMEOUT" >/dev/null
+kubectl wait --for=condition=Established crd/batchsandboxes.control.kube-sandbox.io crd/pools.control.kube-sandbox.io \
+	--timeout="$TIMEOUT" >/dev/null
 if [ -n "$before" ] && [ "$before" != "$after" ]; then
 	log "image changed: restarting the components"
 	kubectl -n "$NS" rollout restart deployment/sandbox-apiserver deployment/sandbox-controller >/dev/null

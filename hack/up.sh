@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # up.sh (make up): a real single-node Kubernetes on this machine with kube-sandbox installed.
 # Installs missing Debian packages, builds Kubernetes and etcd (cached in _output), builds the
-# images (busybox and Python sandboxes, our components), starts the cluster and installs
-# kube-sandbox from artifacts/. Run as root. Safe to run again: a running cluster is kept.
+# images (busybox and Python sandboxes, our components), starts the cluster, installs
+# kube-sandbox from artifacts/ and the sample pool artifacts/samples/pool-python.yaml, and waits
+# until the pool is Ready. Run as root. Safe to run again: a running cluster is kept.
+# Env: SAMPLE_POOL=0 skips the sample pool; POOL_TIMEOUT (default 180s) bounds the wait for it.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 LOG_PREFIX=up
 need_root
+SAMPLE_POOL=${SAMPLE_POOL:-1}
+POOL_TIMEOUT=${POOL_TIMEOUT:-180s}
 ensure_packages "${CLUSTER_PACKAGES[@]}"
 
 log "Kubernetes $KUBE_VERSION and etcd binaries"
@@ -17,6 +21,28 @@ log "cluster"
 "$ROOT/hack/cluster/up.sh" | sed 's/^/  /'
 log "kube-sandbox"
 "$ROOT/hack/install.sh" | sed 's/^/  /'
+
+if [ "$SAMPLE_POOL" != 0 ]; then
+	export KUBECONFIG=$ADMIN_KUBECONFIG
+	POOL=(-n default pool/python)
+	log "sample pool default/python (artifacts/samples/pool-python.yaml)"
+	# The sample names the default image; a SANDBOX_IMAGE_PYTHON of another name replaces it.
+	sed "s|image: kube-sandbox.local/sandbox-python:3.11\$|image: $SANDBOX_IMAGE_PYTHON|" "$ROOT/artifacts/samples/pool-python.yaml" |
+		kubectl apply --server-side --force-conflicts -f - | sed 's/^/  /' ||
+		die "cannot apply artifacts/samples/pool-python.yaml"
+	if ! kubectl wait --for=condition=Ready "${POOL[@]}" --timeout="$POOL_TIMEOUT" >/dev/null; then
+		{
+			echo "---- kubectl describe pool python ----"
+			kubectl describe "${POOL[@]}" || true
+			echo "---- its pods ----"
+			kubectl -n default get pods -l control.kube-sandbox.io/pool=python -o wide || true
+			echo "---- last lines of the sandbox-controller's log ----"
+			kubectl -n kube-sandbox-system logs deployment/sandbox-controller --tail=20 || true
+		} >&2
+		die "pool default/python is not Ready after $POOL_TIMEOUT (details above; SAMPLE_POOL=0 skips the sample pool)"
+	fi
+	log "pool default/python Ready"
+fi
 
 cat <<TXT
 
@@ -29,6 +55,19 @@ kube-sandbox is up ($(elapsed)s). Try:
   kubectl sandbox exec -it demo -- bash
   kubectl get sandboxes
   kubectl sandbox delete demo
+TXT
+if [ "$SAMPLE_POOL" != 0 ]; then
+	cat <<TXT
+
+A sandbox from the warm pool default/python (artifacts/samples/pool-python.yaml):
+
+  kubectl get pools
+  kubectl sandbox create fast --pool python
+  kubectl sandbox exec fast -- python3 -c 'print(6*7)'
+  kubectl sandbox delete fast
+TXT
+fi
+cat <<TXT
 
 Images on the node: $SANDBOX_IMAGE_PYTHON, $SANDBOX_IMAGE_BUSYBOX.
 Stop everything with: make down

@@ -7,10 +7,14 @@
 # $POD_CIDR without a default route. Every tarball in $IMAGES is imported into containerd, and a
 # MutatingAdmissionPolicy forces imagePullPolicy: Never.
 # Admin kubeconfig: _output/kubeconfig. PIDs in $RUN/pids, logs in $RUN/logs. Stop: down.sh.
-#   - already up (all processes alive, /readyz answers): says so and exits 0;
+#   - already up (all processes alive, /readyz answers) with the configuration this script would
+#     start it with (rendered conf/ files, pod bridge address): says so and exits 0;
+#   - already up with another configuration (an older checkout, other POD_CIDR or MAX_PODS):
+#     runs down.sh, then comes up with the new one (etcd data is kept; pods start again);
 #   - stale state of a crashed or killed run (PID files, bridges, mounts, containers): runs
 #     down.sh first, then comes up.
-# Env: ETCD_UNSAFE_NO_FSYNC (default true: throwaway data), UP_TIMEOUT (default 120 s per step).
+# Env: ETCD_UNSAFE_NO_FSYNC (default true: throwaway data), UP_TIMEOUT (default 120 s per step),
+# and from hack/lib/common.sh POD_CIDR, MAX_PODS and the other addresses and names.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=hack/lib/common.sh
@@ -44,6 +48,47 @@ for b in containerd ctr runc /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/li
 	command -v "$b" >/dev/null || die "missing $b"
 done
 
+# --- configuration ---------------------------------------------------------------------------
+p=${POD_GW%.*}
+export RUN PKI HOST_IP CONTAINERD_SOCK PAUSE_IMAGE KUBE_CGROUP_ROOT CNI_NETWORK POD_BRIDGE POD_CIDR POD_GW MAX_PODS
+export POD_RANGE_START=${POD_RANGE_START:-$p.10}
+# The kubelet sets its open-files limit to maxOpenFiles (default 1000000), which fails without
+# CAP_SYS_RESOURCE when the hard limit is lower: ask for the hard limit we have.
+KUBELET_MAX_OPEN_FILES=$(ulimit -Hn)
+[ "$KUBELET_MAX_OPEN_FILES" != unlimited ] || KUBELET_MAX_OPEN_FILES=1000000
+export KUBELET_MAX_OPEN_FILES
+render() { # TEMPLATE OUT: substitute only our variables (${NAME}) in a hack/cluster/conf template
+	envsubst '${RUN} ${PKI} ${HOST_IP} ${CONTAINERD_SOCK} ${PAUSE_IMAGE} ${KUBE_CGROUP_ROOT} ${CNI_NETWORK} ${POD_BRIDGE} ${POD_CIDR} ${POD_GW} ${POD_RANGE_START} ${MAX_PODS} ${KUBELET_MAX_OPEN_FILES}' \
+		<"$HERE/conf/$1" >"$2.tmp"
+	mv "$2.tmp" "$2"
+}
+# Configuration files and what they are rendered to, as TEMPLATE:PATH-BELOW-$RUN.
+CONFIGS=(containerd.toml:containerd/config.toml kubelet.yaml:kubelet.yaml "10-kube-sandbox.conflist:cni/net.d/10-$CNI_NETWORK.conflist")
+# config_drift prints what the running cluster was started with and up.sh would now start
+# differently (an older checkout, another POD_CIDR or MAX_PODS); nothing when it is current.
+config_drift() {
+	local c tmp have
+	tmp=$(mktemp -d)
+	for c in "${CONFIGS[@]}"; do
+		render "${c%%:*}" "$tmp/conf"
+		cmp -s "$tmp/conf" "$RUN/${c#*:}" || printf '%s ' "${c%%:*}"
+	done
+	rm -rf "$tmp"
+	have=$(ip -o -4 addr show dev "$POD_BRIDGE" 2>/dev/null | awk '{print $4}' | tr '\n' ' ')
+	[ "$have" = "$POD_GW/${POD_CIDR#*/} " ] || printf '%s ' "$POD_BRIDGE address ${have:-none} (want $POD_GW/${POD_CIDR#*/})"
+	return 0
+}
+# ip2int A.B.C.D: the address as a number.
+ip2int() {
+	local IFS=. a b c d
+	read -r a b c d <<<"$1"
+	echo $(((a << 24) + (b << 16) + (c << 8) + d))
+}
+# host-local hands out $POD_RANGE_START up to the last address below the broadcast address.
+pod_addresses=$(($(ip2int "${POD_CIDR%/*}") + (1 << (32 - ${POD_CIDR#*/})) - 1 - $(ip2int "$POD_RANGE_START")))
+[ "$pod_addresses" -ge "$MAX_PODS" ] ||
+	log "WARNING: POD_CIDR $POD_CIDR has $pod_addresses pod addresses from $POD_RANGE_START, fewer than MAX_PODS=$MAX_PODS: pods past them fail to get a network"
+
 # --- already up? stale? ----------------------------------------------------------------------
 apiserver_ready() { curl -sf -m 2 "${ADMIN[@]}" "$APISERVER_URL/readyz" >/dev/null 2>&1; }
 all_alive() {
@@ -51,15 +96,21 @@ all_alive() {
 	for c in "${CLUSTER_COMPONENTS[@]}"; do pid_of "$c" >/dev/null || return 1; done
 }
 if all_alive; then
-	for _ in 1 2 3 4 5; do
-		if apiserver_ready; then
-			log "already up: ${CLUSTER_COMPONENTS[*]} running, $APISERVER_URL/readyz ok"
-			log "export KUBECONFIG=$ADMIN_KUBECONFIG"
-			exit 0
-		fi
-		sleep 1
-	done
-	log "all processes alive but $APISERVER_URL/readyz does not answer: restarting"
+	drift=$(config_drift)
+	if [ -n "$drift" ]; then
+		# down.sh below stops it like stale state; etcd keeps the objects, so pods start again.
+		log "up, but started with another configuration (changed: $drift): restarting it with this one"
+	else
+		for _ in 1 2 3 4 5; do
+			if apiserver_ready; then
+				log "already up: ${CLUSTER_COMPONENTS[*]} running, $APISERVER_URL/readyz ok"
+				log "export KUBECONFIG=$ADMIN_KUBECONFIG"
+				exit 0
+			fi
+			sleep 1
+		done
+		log "all processes alive but $APISERVER_URL/readyz does not answer: restarting"
+	fi
 fi
 
 stale=()
@@ -111,11 +162,6 @@ waitfor() { # NAME WHAT CMD...: poll CMD until it succeeds; NAME's process must 
 	done
 	fail "$n" "$what not ready after ${UP_TIMEOUT}s"
 }
-render() { # TEMPLATE OUT: substitute only our variables (${NAME}) in a hack/cluster/conf template
-	envsubst '${RUN} ${PKI} ${HOST_IP} ${CONTAINERD_SOCK} ${PAUSE_IMAGE} ${KUBE_CGROUP_ROOT} ${CNI_NETWORK} ${POD_BRIDGE} ${POD_CIDR} ${POD_GW} ${POD_RANGE_START}' \
-		<"$HERE/conf/$1" >"$2.tmp"
-	mv "$2.tmp" "$2"
-}
 
 # --- network: host-only node IP on a port-less bridge; pod bridge ----------------------------
 ip link add "$HOST_BRIDGE" type bridge
@@ -128,12 +174,7 @@ log "bridges $HOST_BRIDGE ($HOST_IP/32) and $POD_BRIDGE ($POD_GW/${POD_CIDR#*/})
 
 # --- PKI, kubeconfigs, configs ---------------------------------------------------------------
 LOG_PREFIX=up "$HERE/pki.sh"
-p=${POD_GW%.*}
-export RUN PKI HOST_IP CONTAINERD_SOCK PAUSE_IMAGE KUBE_CGROUP_ROOT CNI_NETWORK POD_BRIDGE POD_CIDR POD_GW
-export POD_RANGE_START=${POD_RANGE_START:-$p.10}
-render containerd.toml "$RUN/containerd/config.toml"
-render kubelet.yaml "$RUN/kubelet.yaml"
-render 10-kube-sandbox.conflist "$RUN/cni/net.d/10-$CNI_NETWORK.conflist"
+for c in "${CONFIGS[@]}"; do render "${c%%:*}" "$RUN/${c#*:}"; done
 
 # pods live in $KUBE_CGROUP_ROOT/kubepods: the kubelet wants the root to exist in every hierarchy
 for h in $(cgroup_hierarchies); do
@@ -209,17 +250,21 @@ images_pid=$!
 waitfor kube-apiserver "kube-apiserver $APISERVER_URL" curl -sf -m 2 "${ADMIN[@]}" "$APISERVER_URL/readyz"
 
 # --- controller-manager, scheduler -------------------------------------------------------------
+# Client rates above the defaults (controller-manager 20/30, scheduler 50/100): hundreds of pool
+# pods are scheduled, garbage-collected and deleted at once in benchmarks.
 CM=$RUN/controller-manager.kubeconfig
 start kube-controller-manager "$CBIN/kube-controller-manager" \
 	--kubeconfig="$CM" --authentication-kubeconfig="$CM" --authorization-kubeconfig="$CM" \
 	--bind-address=127.0.0.1 --secure-port=10257 --leader-elect=false --use-service-account-credentials=true \
 	--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
 	--cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
-	--allocate-node-cidrs=false --flex-volume-plugin-dir="$RUN/kcm-flexvolume" --profiling=false
+	--allocate-node-cidrs=false --flex-volume-plugin-dir="$RUN/kcm-flexvolume" --profiling=false \
+	--kube-api-qps=100 --kube-api-burst=200
 SC=$RUN/scheduler.kubeconfig
 start kube-scheduler "$CBIN/kube-scheduler" \
 	--kubeconfig="$SC" --authentication-kubeconfig="$SC" --authorization-kubeconfig="$SC" \
-	--bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false
+	--bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false \
+	--kube-api-qps=100 --kube-api-burst=200
 
 # no registry: every container gets imagePullPolicy: Never
 kubectl apply -f "$HERE/conf/no-pull-policy.yaml" >/dev/null || fail kube-apiserver "cannot apply no-pull-policy.yaml"

@@ -15,8 +15,13 @@ KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
 HOST_IP=${HOST_IP:-10.250.0.1}
 HOST_BRIDGE=${HOST_BRIDGE:-ksbhost0}
 POD_BRIDGE=${POD_BRIDGE:-ksbbr0}
-POD_CIDR=${POD_CIDR:-10.244.0.0/24}
+# A /22: about 1000 pod addresses (from .10 of the gateway's /24 up), so that warm pools and
+# benchmarks with several hundred pods fit next to MAX_PODS.
+POD_CIDR=${POD_CIDR:-10.244.0.0/22}
 POD_GW=${POD_GW:-10.244.0.1}
+# The kubelet's maxPods. The node's memory, and the host's PID limit (kernel.pid_max: each pod
+# is a few dozen threads), bound the pods that really run before this does.
+MAX_PODS=${MAX_PODS:-1000}
 APISERVER_PORT=${APISERVER_PORT:-6443}
 NODE_NAME=${NODE_NAME:-node1}
 

@@ -42,12 +42,19 @@ const (
 
 var (
 	createLong = cmdutil.LongDesc(`
-		Create a sandbox running an image.
+		Create a sandbox running an image, or one from a warm pool.
 
-		The sandbox gets one pod per replica, each made from a template with a single container
-		named "sandbox" running IMAGE. Arguments after -- become the sandbox's entrypoint,
-		replacing the image's; without them the container only waits for commands sent with
-		'kubectl sandbox exec'.
+		With --image, the sandbox gets one pod per replica, each made from a template with a
+		single container named "sandbox" running IMAGE. Arguments after -- become the sandbox's
+		entrypoint, replacing the image's; without them the container only waits for commands
+		sent with 'kubectl sandbox exec'.
+
+		With --pool, each replica is given an idle pod, started already, of the Pool POOL
+		(pools.control.kube-sandbox.io) of the same namespace: the sandbox does not wait for a
+		pod to start. The entrypoint and --env reach the pod when it is given to the sandbox.
+		While the pool has no idle pod, the sandbox stays Pending with the reason PoolExhausted
+		until the pool has grown; PoolNotFound says that there is no such pool. Exactly one of
+		--image and --pool is required.
 
 		With --timeout the sandbox is deleted that long after its creation, unless renewed
 		with 'kubectl sandbox renew'; without it, it lives until deleted. --auto-renew keeps
@@ -64,6 +71,12 @@ var (
 		# Create a sandbox whose container runs an HTTP server
 		kubectl sandbox create web --image python:3.13-slim -- python -m http.server 8080
 
+		# Create a sandbox from an idle pod of the warm pool "python" (see 'kubectl get pools')
+		kubectl sandbox create fast --pool python
+
+		# Create a sandbox with two replicas from the pool, with environment variables
+		kubectl sandbox create pooled --pool python --replicas 2 --env MODE=test
+
 		# Create a sandbox that is deleted after 30 minutes, or 10 minutes after its last use
 		# if that is later
 		kubectl sandbox create agent --image python:3.13-slim --timeout 30m --auto-renew 10m
@@ -79,6 +92,7 @@ type CreateOptions struct {
 
 	Name       string
 	Image      string
+	Pool       string
 	Env        []string
 	Replicas   int32
 	Entrypoint []string
@@ -117,7 +131,7 @@ func NewCreateOptions(streams genericiooptions.IOStreams) *CreateOptions {
 func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewCreateOptions(streams)
 	cmd := &cobra.Command{
-		Use:                   "create NAME --image=IMAGE [--env=KEY=VALUE]... [--replicas=N] [--timeout=DURATION [--auto-renew=DURATION]] [-- ENTRYPOINT [ARG...]]",
+		Use:                   "create NAME (--image=IMAGE | --pool=POOL) [--env=KEY=VALUE]... [--replicas=N] [--timeout=DURATION [--auto-renew=DURATION]] [-- ENTRYPOINT [ARG...]]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Create a sandbox",
 		Long:                  createLong,
@@ -134,7 +148,9 @@ func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.
 		},
 	}
 	o.PrintFlags.AddFlags(cmd)
-	cmd.Flags().StringVar(&o.Image, "image", o.Image, "The container image the sandbox runs. Required.")
+	cmd.Flags().StringVar(&o.Image, "image", o.Image, "The container image the sandbox runs. Exactly one of --image and --pool.")
+	cmd.Flags().StringVar(&o.Pool, "pool", o.Pool, "The warm pool (a Pool of the namespace) whose idle pods the replicas get. Exactly one of --image and --pool.")
+	_ = cmd.RegisterFlagCompletionFunc("pool", cmdutil.PoolNameCompletion(f))
 	cmd.Flags().StringArrayVarP(&o.Env, "env", "e", o.Env, "An environment variable of the sandbox container, KEY=VALUE; repeat for more.")
 	cmd.Flags().Int32Var(&o.Replicas, "replicas", o.Replicas, "Number of sandbox pods.")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "Lifetime of the sandbox (like 30m or 2h, at least 60s): it is deleted that long after creation unless renewed. The server may cap it. Default: no expiry.")
@@ -202,8 +218,16 @@ func (o *CreateOptions) Validate() error {
 	if errs := validation.IsDNS1123Subdomain(o.Name); len(errs) > 0 {
 		return fmt.Errorf("invalid sandbox name %q: %s", o.Name, strings.Join(errs, "; "))
 	}
-	if strings.TrimSpace(o.Image) == "" {
-		return fmt.Errorf("--image is required")
+	image, pool := strings.TrimSpace(o.Image) != "", o.Pool != ""
+	switch {
+	case image && pool:
+		return fmt.Errorf("--image and --pool cannot be used together: a sandbox runs an image of its own or takes pods from a pool")
+	case !image && !pool:
+		return fmt.Errorf("--image or --pool is required")
+	case pool:
+		if errs := validation.IsDNS1123Subdomain(o.Pool); len(errs) > 0 {
+			return fmt.Errorf("invalid --pool %q: %s", o.Pool, strings.Join(errs, "; "))
+		}
 	}
 	if o.replicasSet && o.Replicas < 1 {
 		return fmt.Errorf("--replicas must be at least 1, got %d", o.Replicas)
@@ -262,15 +286,19 @@ func (o *CreateOptions) Sandbox() *sandboxv1alpha1.Sandbox {
 	sb := &sandboxv1alpha1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
 		Spec: sandboxv1alpha1.SandboxSpec{
-			Template: &corev1.PodTemplateSpec{
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{Name: ContainerName, Image: o.Image}},
-				},
-			},
 			Entrypoint:     o.Entrypoint,
 			Env:            o.envVars,
 			TimeoutSeconds: o.timeoutSeconds,
 		},
+	}
+	if o.Pool != "" {
+		sb.Spec.PoolRef = &sandboxv1alpha1.SandboxPoolReference{Name: o.Pool}
+	} else {
+		sb.Spec.Template = &corev1.PodTemplateSpec{
+			Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: ContainerName, Image: o.Image}},
+			},
+		}
 	}
 	if o.replicasSet {
 		replicas := o.Replicas

@@ -134,14 +134,70 @@ func TestCreate(t *testing.T) {
 			wantOut: "sandbox.sandbox.kube-sandbox.io/s4 created (dry run)\n",
 		},
 		{
-			name:    "missing image",
+			name: "pool only leaves the template out",
+			args: []string{"p1", "--pool", "python"},
+			want: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: cmdtesting.Namespace},
+				Spec:       sandboxv1alpha1.SandboxSpec{PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: "python"}},
+			},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/p1 created\n",
+		},
+		{
+			name: "pool with replicas, env, timeout and entrypoint",
+			args: []string{"p2", "--pool=python", "--replicas", "3", "-e", "MODE=test", "--env", "B=x=y",
+				"--timeout", "1h", "--auto-renew", "10m", "--", "python3", "-m", "http.server"},
+			want: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "p2", Namespace: cmdtesting.Namespace},
+				Spec: sandboxv1alpha1.SandboxSpec{
+					Replicas:       ptr.To[int32](3),
+					PoolRef:        &sandboxv1alpha1.SandboxPoolReference{Name: "python"},
+					Entrypoint:     []string{"python3", "-m", "http.server"},
+					Env:            []corev1.EnvVar{{Name: "MODE", Value: "test"}, {Name: "B", Value: "x=y"}},
+					TimeoutSeconds: ptr.To[int64](3600),
+					AutoRenew:      &sandboxv1alpha1.SandboxAutoRenew{ExtendSeconds: 600},
+				},
+			},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/p2 created\n",
+		},
+		{
+			name:    "client dry run shows the pool and no template",
+			args:    []string{"p3", "--pool", "python", "--dry-run=client", "-o", "jsonpath={.spec.poolRef.name} {.spec.template}"},
+			wantOut: "python ",
+		},
+		{
+			name:    "image and pool",
+			args:    []string{"p4", "--image", "busybox", "--pool", "python"},
+			wantErr: "error: --image and --pool cannot be used together: a sandbox runs an image of its own or takes pods from a pool\n",
+		},
+		{
+			name:    "invalid pool name",
+			args:    []string{"p5", "--pool", "Python_3"},
+			wantErr: `error: invalid --pool "Python_3": a lowercase RFC 1123 subdomain`,
+		},
+		{
+			name:    "blank pool",
+			args:    []string{"p6", "--pool", " "},
+			wantErr: `error: invalid --pool " "`,
+		},
+		{
+			name:    "zero replicas from a pool",
+			args:    []string{"p7", "--pool", "python", "--replicas", "0"},
+			wantErr: "error: --replicas must be at least 1, got 0",
+		},
+		{
+			name:    "neither image nor pool",
 			args:    []string{"s5"},
-			wantErr: "error: --image is required",
+			wantErr: "error: --image or --pool is required\n",
 		},
 		{
 			name:    "blank image",
 			args:    []string{"s5", "--image", " "},
-			wantErr: "error: --image is required",
+			wantErr: "error: --image or --pool is required\n",
+		},
+		{
+			name:    "empty pool",
+			args:    []string{"s5", "--pool="},
+			wantErr: "error: --image or --pool is required\n",
 		},
 		{
 			name:    "env without equals",

@@ -329,10 +329,12 @@ func ready(sb *sandboxv1alpha1.Sandbox) string {
 	return fmt.Sprintf("%d/%d", sb.Status.Ready, desired)
 }
 
-// pool is the warm pool of the sandbox's pods. The API has no pools yet: every sandbox is made
-// from its own template.
-func pool(*sandboxv1alpha1.Sandbox) string {
-	return "<none>"
+// pool is the warm pool of the sandbox's pods; <none> for a sandbox made from its own template.
+func pool(sb *sandboxv1alpha1.Sandbox) string {
+	if sb.Spec.PoolRef == nil {
+		return "<none>"
+	}
+	return sb.Spec.PoolRef.Name
 }
 
 // expires is the time left until the sandbox expires.

@@ -249,6 +249,24 @@ func TestTableCells(t *testing.T) {
 			},
 			want: []any{"Pending", "1/3", "<none>", "<none>", "<unknown>", "busybox", "p-0", "<none>"},
 		},
+		{
+			name: "from a pool: its name, and no image of its own",
+			sb: sandboxv1alpha1.Sandbox{
+				Spec: sandboxv1alpha1.SandboxSpec{PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: "python"}},
+				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, Ready: 1, Pods: []sandboxv1alpha1.SandboxPodStatus{
+					{Replica: 0, Name: "python-x7k2q", NodeName: "node1", Ready: true},
+				}},
+			},
+			want: []any{"Running", "1/1", "python", "<none>", "<unknown>", "<none>", "python-x7k2q", "node1"},
+		},
+		{
+			name: "waiting for a pool",
+			sb: sandboxv1alpha1.Sandbox{
+				Spec:   sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](2), PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: "small"}},
+				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhasePending},
+			},
+			want: []any{"Pending", "0/2", "small", "<none>", "<unknown>", "<none>", "<none>", "<none>"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -46,6 +46,10 @@ var (
 		kubectl sandbox port-forward my-sandbox 8888
 		kubectl sandbox delete my-sandbox
 
+		# Create a sandbox from an idle pod of the warm pool "python" and run a command in it
+		kubectl sandbox create fast --pool python
+		kubectl sandbox exec fast -- python3 -c 'print(6*7)'
+
 		# Create a sandbox that expires in an hour, and later keep it for another hour
 		kubectl sandbox create scratch --image busybox --timeout 1h
 		kubectl sandbox renew scratch --for 1h

@@ -6,7 +6,13 @@ import (
 	"github.com/spf13/cobra"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/metadata"
+
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 )
+
+// PoolsResource is the resource of the warm pools that sandboxes take pods from.
+var PoolsResource = controlv1alpha1.SchemeGroupVersion.WithResource("pools")
 
 // SandboxNameCompletion completes sandbox names of the current namespace for shell completion
 // (kubectl runs a kubectl_complete-sandbox helper that calls `kubectl-sandbox __complete`).
@@ -32,6 +38,36 @@ func SandboxNameCompletion(f Factory, single bool) cobra.CompletionFunc {
 		for _, s := range list.Items {
 			if strings.HasPrefix(s.Name, toComplete) {
 				names = append(names, s.Name)
+			}
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// PoolNameCompletion completes the names of the Pools of the current namespace, for --pool.
+// Only their metadata is read: a pool's template is of no use here and may be large.
+func PoolNameCompletion(f Factory) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		ns, _, err := f.Namespace()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		config, err := f.ToRESTConfig()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		client, err := metadata.NewForConfig(config)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		list, err := client.Resource(PoolsResource).Namespace(ns).List(cmd.Context(), metav1.ListOptions{})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var names []string
+		for _, p := range list.Items {
+			if strings.HasPrefix(p.Name, toComplete) {
+				names = append(names, p.Name)
 			}
 		}
 		return names, cobra.ShellCompDirectiveNoFileComp

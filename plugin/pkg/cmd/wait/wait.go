@@ -49,7 +49,9 @@ var (
 		The command waits for each sandbox in turn until its phase is the one given with
 		--for (Pending, Running, Failed or Expired, in any case), or with --for=delete until
 		it is gone. Waiting for Running ends at once with an error, and the reason, when the
-		sandbox fails, expires or is deleted instead.
+		sandbox fails, expires or is deleted instead. A wait that times out says why the
+		sandbox is not ready yet, such as PoolExhausted (its pool has no idle pod for it yet)
+		or PoolNotFound (there is no such pool).
 
 		--timeout bounds the whole wait: zero checks once without waiting, a negative value
 		waits without limit.`)
@@ -187,7 +189,7 @@ func (o *WaitOptions) Run(ctx context.Context) error {
 		sb, err := o.waitFor(waitCtx, name)
 		if err != nil {
 			if waitCtx.Err() != nil && ctx.Err() == nil {
-				return fmt.Errorf("timed out waiting for the condition on sandboxes/%s", name)
+				return fmt.Errorf("timed out waiting for the condition on sandboxes/%s%s", name, o.notMetReason(sb))
 			}
 			return err
 		}
@@ -199,8 +201,8 @@ func (o *WaitOptions) Run(ctx context.Context) error {
 }
 
 // waitFor returns the sandbox once its condition is met, or the sandbox as it was last seen
-// when it is gone. It reads the sandbox, then watches it from there; if the server cannot
-// watch, it polls instead.
+// when it is gone or the wait timed out (for the reason in the message). It reads the sandbox,
+// then watches it from there; if the server cannot watch, it polls instead.
 func (o *WaitOptions) waitFor(ctx context.Context, name string) (*sandboxv1alpha1.Sandbox, error) {
 	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
 	sb, err := sandboxes.Get(ctx, name, metav1.GetOptions{})
@@ -218,7 +220,7 @@ func (o *WaitOptions) waitFor(ctx context.Context, name string) (*sandboxv1alpha
 			return sb, err
 		}
 		if o.Timeout == 0 {
-			return nil, fmt.Errorf("condition not met for sandboxes/%s", name)
+			return nil, fmt.Errorf("condition not met for sandboxes/%s%s", name, o.notMetReason(sb))
 		}
 		last, done, err := o.watch(ctx, name, sb, uid)
 		var watchErr *watchError
@@ -238,7 +240,7 @@ func (o *WaitOptions) waitFor(ctx context.Context, name string) (*sandboxv1alpha
 		case apierrors.IsNotFound(err):
 			return nil, o.deleted(name)
 		case err != nil:
-			return nil, err
+			return last, err
 		}
 	}
 }
@@ -378,6 +380,16 @@ func readyReason(sb *sandboxv1alpha1.Sandbox) string {
 		return s
 	}
 	return ""
+}
+
+// notMetReason is ": REASON: MESSAGE" of the Ready condition of the sandbox last seen while
+// waiting for a phase, so that a wait that ends unmet says what holds the sandbox up, such as
+// PoolExhausted or PoolNotFound; empty with --for=delete or without such a condition.
+func (o *WaitOptions) notMetReason(sb *sandboxv1alpha1.Sandbox) string {
+	if o.forDelete || sb == nil {
+		return ""
+	}
+	return readyReason(sb)
 }
 
 // deleted is the error of a sandbox that went away while waiting for a phase.

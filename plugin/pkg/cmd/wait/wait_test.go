@@ -52,6 +52,13 @@ func TestWait(t *testing.T) {
 	running := func(name, rv string) *sandboxv1alpha1.Sandbox {
 		return sandbox(name, types.UID("uid-"+name), rv, sandboxv1alpha1.PhaseRunning)
 	}
+	// waiting is a pending sandbox whose Ready condition says why, as the controller reports a
+	// pooled sandbox that has no pod yet.
+	waiting := func(name, rv, reason, message string) *sandboxv1alpha1.Sandbox {
+		sb := pending(name, rv)
+		sb.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: reason, Message: message}}
+		return sb
+	}
 	modified := func(sb *sandboxv1alpha1.Sandbox) watch.Event { return watch.Event{Type: watch.Modified, Object: sb} }
 	expiredRV := watch.Event{Type: watch.Error, Object: &apierrors.NewResourceExpired("too old resource version: 10 (12)").ErrStatus}
 
@@ -154,6 +161,46 @@ func TestWait(t *testing.T) {
 			name:        "times out",
 			args:        []string{"sb", "--timeout=200ms"},
 			gets:        map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10")}},
+			wantErr:     "error: timed out waiting for the condition on sandboxes/sb\n",
+			wantWatches: []string{"metadata.name=sb from 10"},
+		},
+		{
+			name: "times out with the reason of the sandbox last seen",
+			args: []string{"sb", "--timeout=200ms"},
+			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10")}},
+			watches: []fakeWatch{{events: []watch.Event{
+				modified(waiting("sb", "11", "PoolExhausted", `no idle pod in pool "python"`)),
+			}}},
+			wantErr:     "error: timed out waiting for the condition on sandboxes/sb: PoolExhausted: no idle pod in pool \"python\"\n",
+			wantWatches: []string{"metadata.name=sb from 10"},
+		},
+		{
+			name:        "times out on a sandbox whose pool does not exist",
+			args:        []string{"sb", "--timeout=200ms"},
+			gets:        map[string][]*sandboxv1alpha1.Sandbox{"sb": {waiting("sb", "10", "PoolNotFound", `pool "nope" not found`)}},
+			wantErr:     "error: timed out waiting for the condition on sandboxes/sb: PoolNotFound: pool \"nope\" not found\n",
+			wantWatches: []string{"metadata.name=sb from 10"},
+		},
+		{
+			name:    "zero timeout says why",
+			args:    []string{"sb", "--timeout=0"},
+			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {waiting("sb", "10", "PoolExhausted", `no idle pod in pool "python"`)}},
+			wantErr: "error: condition not met for sandboxes/sb: PoolExhausted: no idle pod in pool \"python\"\n",
+		},
+		{
+			name: "times out while polling, with the reason",
+			args: []string{"sb", "--timeout=300ms"},
+			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10"), waiting("sb", "11", "PoolExhausted", "pool at poolMax")}},
+			watches: []fakeWatch{
+				{err: apierrors.NewMethodNotSupported(sandboxv1alpha1.Resource("sandboxes"), "watch")},
+			},
+			wantErr:     "error: timed out waiting for the condition on sandboxes/sb: PoolExhausted: pool at poolMax\n",
+			wantWatches: []string{"metadata.name=sb from 10"},
+		},
+		{
+			name:        "delete times out without a reason",
+			args:        []string{"sb", "--for=delete", "--timeout=200ms"},
+			gets:        map[string][]*sandboxv1alpha1.Sandbox{"sb": {waiting("sb", "10", "PoolExhausted", "x")}},
 			wantErr:     "error: timed out waiting for the condition on sandboxes/sb\n",
 			wantWatches: []string{"metadata.name=sb from 10"},
 		},
