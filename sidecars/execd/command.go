@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
 )
 
 // ExitError is an error that asks for a specific process exit code. Err, if
@@ -141,7 +143,16 @@ capped by --max-upload-bytes.
 Every exec and files request must carry "Authorization: Bearer <token>", where the token
 is read from the environment variable named by --token-env. serve refuses to
 start without a token, and removes the variable from its environment before
-starting anything, so neither the entrypoint nor exec'd commands see it.
+starting anything, so neither the entrypoint nor exec'd commands see it. It
+then re-executes itself once (same PID and arguments) without the variable,
+passing the token in an inherited memfd, so that /proc/PID/environ does not
+show it either.
+
+A warm pool pod runs serve with the pool's token. POST ` + claimapi.Path + ` with that
+token claims execd for a sandbox: from then on exec and files accept only the
+sandbox's token, every exec gets the sandbox's env, and the sandbox's
+entrypoint, if any, starts in the background (its exit does not end serve; on
+shutdown its process group gets SIGTERM, then SIGKILL after a grace period).
 
 With an ENTRYPOINT, serve runs it as a child with serve's stdio, forwards
 SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to it, and exits with
@@ -154,11 +165,9 @@ When it runs as PID 1, serve also reaps orphaned processes.`,
 			if tokenEnv == "" {
 				return &ExitError{Code: 2, Err: errors.New("--token-env must name an environment variable")}
 			}
-			token := os.Getenv(tokenEnv)
-			// Before anything is started, and whether or not the token is
-			// valid: nothing execd runs may inherit it.
-			if err := os.Unsetenv(tokenEnv); err != nil {
-				return fmt.Errorf("removing %s from the environment: %w", tokenEnv, err)
+			token, err := serveToken(cmd, tokenEnv)
+			if err != nil {
+				return &ExitError{Code: 1, Err: err}
 			}
 			if token == "" {
 				// Validate would refuse it too, but only here is the
@@ -193,4 +202,36 @@ When it runs as PID 1, serve also reaps orphaned processes.`,
 	cmd.Flags().StringVar(&filesRoot, "files-root", filesRoot, "Directory the files API ("+FilesPath+") serves; no path may leave it. Empty disables the files API.")
 	cmd.Flags().Int64Var(&maxUpload, "max-upload-bytes", maxUpload, "Largest file upload accepted, in bytes (0: no limit).")
 	return cmd
+}
+
+// serveToken returns serve's token and makes sure nothing execd starts can read it from its
+// environment. On a first start it takes the token from $tokenEnv, removes the variable and,
+// when it can, re-executes the process so that /proc/PID/environ loses the token too (see
+// reexecWithTokenFD); that call does not return when it succeeds. After the re-exec the token
+// comes from the descriptor named by $SANDBOX_EXECD_TOKEN_FD.
+func serveToken(cmd *cobra.Command, tokenEnv string) (string, error) {
+	// Before anything is started, and whether or not the token is valid: nothing execd
+	// runs may inherit these.
+	fdVar, fromFD := os.LookupEnv(tokenFDEnv)
+	token := os.Getenv(tokenEnv)
+	for _, name := range []string{tokenEnv, tokenFDEnv} {
+		if err := os.Unsetenv(name); err != nil {
+			return "", fmt.Errorf("removing %s from the environment: %w", name, err)
+		}
+	}
+	if fromFD {
+		return readTokenFD(fdVar)
+	}
+	if token == "" || cmd.Context().Err() != nil {
+		// Nothing to hide (the caller explains), or already told to stop.
+		return token, nil
+	}
+	if ok, why := canReexec(cmd); !ok {
+		klog.InfoS("Not re-executing to drop the token from /proc/self/environ", "reason", why)
+		return token, nil
+	}
+	err := reexecWithTokenFD(token)
+	// Still here: the pod keeps working, only less protected.
+	klog.ErrorS(err, "Could not re-execute to drop the token from /proc/self/environ; continuing")
+	return token, nil
 }

@@ -45,7 +45,7 @@ func (c ServeConfig) Validate() error {
 		// No default token: an empty one would let anyone with network
 		// access to the pod run commands in it.
 		errs = append(errs, errors.New("exec token is empty: set it in the token environment variable"))
-	case strings.ContainsFunc(c.Token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+	case strings.ContainsFunc(c.Token, invalidTokenRune):
 		// HTTP strips surrounding whitespace from header values, so such a
 		// token could never match; fail here instead of rejecting every exec.
 		errs = append(errs, errors.New("exec token contains whitespace or control characters"))
@@ -81,4 +81,10 @@ func validateListenAddr(addr string) error {
 		return fmt.Errorf("host %q is neither an IP address nor a host name: %s", host, strings.Join(msgs, "; "))
 	}
 	return nil
+}
+
+// invalidTokenRune reports the runes a token may not contain: HTTP strips whitespace around
+// header values, so a token with them could never be presented.
+func invalidTokenRune(r rune) bool {
+	return unicode.IsSpace(r) || unicode.IsControl(r)
 }

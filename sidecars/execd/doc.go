@@ -15,6 +15,43 @@
 // Range support, paged listings, atomic uploads, mkdir, delete and move, all
 // resolved through an os.Root so that no path or symlink leaves the files
 // root. Prometheus metrics are at MetricsPath.
+//
+// # Token
+//
+// serve reads the token from TokenEnv and removes the variable before it
+// starts anything. Because os.Unsetenv does not change /proc/PID/environ, it
+// then re-executes itself once (syscall.Exec of /proc/self/exe: same PID,
+// same arguments) with the variable gone and the token in an inherited memfd
+// named by $SANDBOX_EXECD_TOKEN_FD, which the new image reads and closes. The
+// exec happens on the main thread (this package's init locks main.main to it),
+// so per-thread state such as a parent-death signal survives it. If the
+// re-exec fails, execd logs it and carries on as before.
+//
+// # Warm pools and claims
+//
+// A pod of a warm pool starts "sandbox-execd serve" (with no entrypoint, or
+// the pool template's) before any sandbox exists, with the pool's token, which
+// all idle pods of the pool share. When the controller allocates the pod to a
+// sandbox it claims execd: POST claimapi.Path with the pool's token as bearer
+// token and a claimapi.Request as body (claimapi.Path lists the answers).
+// The first valid claim, atomically:
+//
+//   - replaces the token exec and files accept with the sandbox's; the pool's
+//     token keeps working for claimapi.Path only, to repeat a claim;
+//   - ends exec sessions opened with the pool's token;
+//   - adds the sandbox's env, plus SANDBOX_NAME and SANDBOX_NAMESPACE, to the
+//     environment of every later exec (an exec's own env still wins);
+//   - starts the sandbox's entrypoint, if any, in the background with that
+//     env, in execd's working directory, with execd's stdout and stderr and
+//     in a process group of its own. Its exit is logged and ends nothing;
+//     when execd shuts down, the group gets SIGTERM, then SIGKILL after a
+//     grace period (DefaultEntrypointStopGrace).
+//
+// A repeated claim (same sandbox UID and token) answers 200 with the first
+// answer and starts nothing; a claim for another sandbox or with another
+// token answers 409. A claim whose entrypoint cannot start answers 422 (or
+// 500 for a failure that may pass) and leaves execd unclaimed. Probes answer
+// "ok" whether or not execd is claimed: kubelet probes idle pool pods too.
 package execd
 
 import (
@@ -38,7 +75,8 @@ const (
 	// TokenEnv is the environment variable serve reads the exec token from
 	// by default (see --token-env). execd removes it from its environment
 	// before starting anything, so neither the entrypoint nor exec'd
-	// commands can read it.
+	// commands can read it, and re-executes itself so that its
+	// /proc/PID/environ loses it too. A claim may not set it.
 	TokenEnv = "SANDBOX_EXECD_TOKEN"
 
 	// ExecPath is the exec endpoint, with kubelet's query parameters

@@ -12,17 +12,23 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/internal/reaper"
 )
 
 // HandlerConfig configures NewHandler.
 type HandlerConfig struct {
-	// Token is the bearer token exec requests must present. Required.
+	// Token is the bearer token execd starts with: exec and files requests must present it
+	// until a claim (see claimapi) replaces it with the sandbox's token; claims must present
+	// it. Required.
 	Token string
 	// Executor runs the sessions. Required.
 	Executor remotecommand.Executor
@@ -34,18 +40,27 @@ type HandlerConfig struct {
 	FilesRoot string
 	// MaxUploadBytes caps a file upload; 0 means no cap.
 	MaxUploadBytes int64
+	// Reaper, when execd is PID 1, must know the entrypoint a claim starts; nil otherwise.
+	Reaper *reaper.Reaper
+	// EntrypointStopGrace is how long StopClaimedEntrypoint waits between SIGTERM and
+	// SIGKILL; 0 means DefaultEntrypointStopGrace.
+	EntrypointStopGrace time.Duration
 }
 
-// Handler serves execd's HTTP API: the exec endpoint, the files API, metrics
-// and health probes.
+// Handler serves execd's HTTP API: the exec endpoint, the files API, the claim
+// endpoint, metrics and health probes.
 type Handler struct {
-	mux               *http.ServeMux
-	tokenSum          [sha256.Size]byte
-	executor          remotecommand.Executor
-	streamIdleTimeout time.Duration
-	filesRoot         *os.Root
-	maxUploadBytes    int64
-	metrics           *metrics
+	mux *http.ServeMux
+	// poolTokenSum is the digest of the token execd started with (HandlerConfig.Token). It
+	// opens exec and files until a claim, and claims forever.
+	poolTokenSum        [sha256.Size]byte
+	executor            remotecommand.Executor
+	reaper              *reaper.Reaper
+	entrypointStopGrace time.Duration
+	streamIdleTimeout   time.Duration
+	filesRoot           *os.Root
+	maxUploadBytes      int64
+	metrics             *metrics
 
 	// Exec connections are hijacked, so http.Server.Shutdown neither waits
 	// for them nor ends them; the handler owns them instead.
@@ -54,6 +69,16 @@ type Handler struct {
 	sessions       sync.WaitGroup
 	sessionsCtx    context.Context
 	cancelSessions context.CancelFunc
+
+	// claimMu guards the claim state. Requests authenticate under the read lock; a claim
+	// holds the write lock until it is complete (entrypoint started, token switched).
+	claimMu       sync.RWMutex
+	current       *claim // nil until claimed; never changes once set
+	entrypoint    *claimedEntrypoint
+	claimsStopped bool
+	// preClaimCtx is cancelled by the claim: exec sessions the pool's token opened end.
+	preClaimCtx         context.Context
+	endPreClaimSessions context.CancelCauseFunc
 }
 
 // NewHandler returns the execd HTTP handler.
@@ -74,22 +99,34 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 			return nil, fmt.Errorf("opening the files root: %w", err)
 		}
 	}
+	if cfg.EntrypointStopGrace < 0 {
+		return nil, errors.New("the entrypoint stop grace period must not be negative")
+	}
+	if cfg.EntrypointStopGrace == 0 {
+		cfg.EntrypointStopGrace = DefaultEntrypointStopGrace
+	}
 	ctx, cancel := context.WithCancel(context.Background())
+	preClaimCtx, endPreClaim := context.WithCancelCause(context.Background())
 	h := &Handler{
-		mux:               http.NewServeMux(),
-		tokenSum:          sha256.Sum256([]byte(cfg.Token)),
-		executor:          cfg.Executor,
-		streamIdleTimeout: cfg.StreamIdleTimeout,
-		filesRoot:         filesRoot,
-		maxUploadBytes:    cfg.MaxUploadBytes,
-		metrics:           newMetrics(),
-		sessionsCtx:       ctx,
-		cancelSessions:    cancel,
+		mux:                 http.NewServeMux(),
+		poolTokenSum:        sha256.Sum256([]byte(cfg.Token)),
+		executor:            cfg.Executor,
+		reaper:              cfg.Reaper,
+		entrypointStopGrace: cfg.EntrypointStopGrace,
+		streamIdleTimeout:   cfg.StreamIdleTimeout,
+		filesRoot:           filesRoot,
+		maxUploadBytes:      cfg.MaxUploadBytes,
+		metrics:             newMetrics(),
+		sessionsCtx:         ctx,
+		cancelSessions:      cancel,
+		preClaimCtx:         preClaimCtx,
+		endPreClaimSessions: endPreClaim,
 	}
 	// GET for websocket clients, POST for SPDY ones (kubectl's default).
 	exec := h.metrics.instrument("exec", h.serveExec)
 	h.mux.HandleFunc("GET "+ExecPath, exec)
 	h.mux.HandleFunc("POST "+ExecPath, exec)
+	h.mux.HandleFunc("POST "+claimapi.Path, h.metrics.instrument("claim", h.serveClaim))
 	h.mux.HandleFunc("GET "+HealthzPath, h.metrics.instrument("healthz", serveOK))
 	h.mux.HandleFunc("GET "+ReadyzPath, h.metrics.instrument("readyz", serveOK))
 	h.mux.Handle("GET "+MetricsPath, h.metrics.handler())
@@ -132,7 +169,8 @@ func serveOK(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
-	if !h.authorized(req) {
+	ok, claimed := h.authorize(req)
+	if !ok {
 		klog.V(2).InfoS("Rejected unauthenticated exec request", "remoteAddr", req.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox-execd"`)
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
@@ -155,6 +193,10 @@ func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if claimed != nil {
+		// The sandbox's env, below the session's own: later entries win.
+		session.Env = slices.Concat(claimed.env, session.Env)
+	}
 
 	h.mu.Lock()
 	if h.stopped {
@@ -172,6 +214,11 @@ func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
 	defer cancel(nil)
 	stop := context.AfterFunc(h.sessionsCtx, func() { cancel(errors.New("sandbox-execd is shutting down")) })
 	defer stop()
+	if claimed == nil {
+		// Opened with the pool's token: a claim ends it (at once if one came meanwhile).
+		stopPreClaim := context.AfterFunc(h.preClaimCtx, func() { cancel(context.Cause(h.preClaimCtx)) })
+		defer stopPreClaim()
+	}
 	watched := &disconnectWatcher{ResponseWriter: w, cancel: cancel}
 
 	// argv[0] only: arguments may carry secrets ("sh -c 'TOKEN=...'").
@@ -181,19 +228,49 @@ func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
 		opts, h.streamIdleTimeout, remotecommand.DefaultStreamCreationTimeout, remotecommand.SupportedStreamingProtocols)
 }
 
-// authorized checks the token in constant time. Comparing digests also hides the token's
-// length. The token comes as a bearer token, or as the "token" query parameter: the
-// apiserver's WebSocket-to-SPDY translation cannot set headers on its upstream request.
+// authorized reports whether the request carries the token exec and files currently accept.
 func (h *Handler) authorized(req *http.Request) bool {
+	ok, _ := h.authorize(req)
+	return ok
+}
+
+// authorize checks the request's token against the one in force: the token execd started
+// with until a claim, the claiming sandbox's after it (the claim endpoint checks its own).
+// It also returns the claim it checked against, nil before one. The token comes as a bearer
+// token, or as the "token" query parameter: the apiserver's WebSocket-to-SPDY translation
+// cannot set headers on its upstream request.
+func (h *Handler) authorize(req *http.Request) (bool, *claim) {
 	token := req.URL.Query().Get(TokenParam)
-	if scheme, bearer, ok := strings.Cut(req.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
-		token = strings.TrimSpace(bearer)
+	if bearer, ok := bearerToken(req); ok {
+		token = bearer
 	}
+	h.claimMu.RLock()
+	c := h.current
+	h.claimMu.RUnlock()
+	want := &h.poolTokenSum
+	if c != nil {
+		want = &c.tokenSum
+	}
+	return tokenMatches(token, want), c
+}
+
+// bearerToken returns the request's bearer token and whether it has an Authorization header
+// of the Bearer scheme.
+func bearerToken(req *http.Request) (string, bool) {
+	if scheme, bearer, ok := strings.Cut(req.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		return strings.TrimSpace(bearer), true
+	}
+	return "", false
+}
+
+// tokenMatches compares token with a token digest in constant time. Comparing digests also
+// hides the token's length. An empty token never matches.
+func tokenMatches(token string, sum *[sha256.Size]byte) bool {
 	if token == "" {
 		return false
 	}
-	sum := sha256.Sum256([]byte(token))
-	return subtle.ConstantTimeCompare(sum[:], h.tokenSum[:]) == 1
+	got := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(got[:], sum[:]) == 1
 }
 
 // requestedStreams hands the executor only the streams the client asked

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
 )
 
 // metrics are per Handler, on a registry of its own, so that handlers in
@@ -16,6 +18,7 @@ type metrics struct {
 	requests   *prometheus.CounterVec
 	uploaded   prometheus.Counter
 	downloaded prometheus.Counter
+	claims     *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -33,8 +36,16 @@ func newMetrics() *metrics {
 			Name: "sandbox_execd_files_downloaded_bytes_total",
 			Help: "File content bytes sent by downloads.",
 		}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_execd_claims_total",
+			Help: "Claims (" + claimapi.Path + ") by result: claimed, repeated, conflict, invalid, unauthorized, failed (the entrypoint did not start) or unavailable (shutting down).",
+		}, []string{"result"}),
 	}
-	m.registry.MustRegister(m.requests, m.uploaded, m.downloaded)
+	// Every result from the start, so that rates work from the first claim on.
+	for _, result := range claimResults {
+		m.claims.WithLabelValues(result)
+	}
+	m.registry.MustRegister(m.requests, m.uploaded, m.downloaded, m.claims)
 	return m
 }
 

@@ -34,6 +34,10 @@ const (
 // it and returns its exit code when it exits; signals received on signals
 // are forwarded to it. Without one it serves until ctx is cancelled and
 // returns 0. The returned code is what the container should exit with.
+//
+// An entrypoint started by a claim (see claimapi) is not cfg's: its exit ends
+// nothing, signals are not forwarded to it, and when Serve returns it is
+// stopped (see Handler.StopClaimedEntrypoint).
 func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int, error) {
 	if err := cfg.Validate(); err != nil {
 		return 1, err
@@ -55,7 +59,7 @@ func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int,
 	executor := NewExecutor(r)
 	handler, err := NewHandler(HandlerConfig{
 		Token: cfg.Token, Executor: executor, StreamIdleTimeout: cfg.StreamIdleTimeout,
-		FilesRoot: cfg.FilesRoot, MaxUploadBytes: cfg.MaxUploadBytes,
+		FilesRoot: cfg.FilesRoot, MaxUploadBytes: cfg.MaxUploadBytes, Reaper: r,
 	})
 	if err != nil {
 		return 1, err
@@ -83,6 +87,8 @@ func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int,
 			klog.ErrorS(err, "Shutting down the exec server")
 		}
 		handler.StopSessions()
+		// After the server: no claim can start an entrypoint any more.
+		handler.StopClaimedEntrypoint()
 		executor.Wait()
 		klog.V(4).InfoS("Exec server stopped")
 	}()

@@ -277,6 +277,11 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 		Entrypoint: bs.Spec.Entrypoint,
 	}
 	for _, e := range bs.Spec.Env {
+		// execd sets these itself (and refuses a claim that sets them); the aggregated API
+		// refuses them, a BatchSandbox written directly may still carry them.
+		if e.Name == claimapi.EnvSandboxName || e.Name == claimapi.EnvSandboxNamespace {
+			continue
+		}
 		req.Env = append(req.Env, claimapi.EnvVar{Name: e.Name, Value: e.Value})
 	}
 	claimer := r.Claimer

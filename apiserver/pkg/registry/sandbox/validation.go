@@ -13,6 +13,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
 )
 
 // maxReplicas matches the CRD's bound, so that a Sandbox the aggregated API accepts is never
@@ -145,8 +146,11 @@ func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.P
 		for _, msg := range utilvalidation.IsEnvVarName(e.Name) {
 			allErrs = append(allErrs, field.Invalid(fld.Child("env").Index(i).Child("name"), e.Name, msg))
 		}
-		if e.Name == controlv1alpha1.ExecdTokenEnv {
+		switch e.Name {
+		case controlv1alpha1.ExecdTokenEnv:
 			allErrs = append(allErrs, field.Invalid(fld.Child("env").Index(i).Child("name"), e.Name, "this name is reserved for execd"))
+		case claimapi.EnvSandboxName, claimapi.EnvSandboxNamespace:
+			allErrs = append(allErrs, field.Invalid(fld.Child("env").Index(i).Child("name"), e.Name, "this name is reserved: kube-sandbox sets it to the sandbox's own"))
 		}
 	}
 	return allErrs

@@ -1,0 +1,345 @@
+package execd
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+)
+
+const (
+	// MaxClaimBytes caps the body of a claim. A claim is a few names, a token, an argv and an
+	// env; a megabyte leaves room for large envs without letting a client fill execd's memory.
+	MaxClaimBytes = 1 << 20
+
+	// DefaultEntrypointStopGrace is how long StopClaimedEntrypoint waits, after the SIGTERM to a
+	// claimed entrypoint's process group, before it sends SIGKILL. kubelet kills the container
+	// at the end of the pod's termination grace period anyway, so waiting longer than that
+	// costs nothing but execd's own orderly exit.
+	DefaultEntrypointStopGrace = 10 * time.Second
+
+	// entrypointKillWait bounds the wait for a claimed entrypoint after SIGKILL: only a process
+	// stuck in the kernel survives it, and shutdown must not hang on one.
+	entrypointKillWait = 5 * time.Second
+)
+
+// Results of a claim, the label of the sandbox_execd_claims_total metric.
+const (
+	claimResultClaimed      = "claimed"      // first claim, 200
+	claimResultRepeated     = "repeated"     // same sandbox and token again, 200
+	claimResultConflict     = "conflict"     // claimed by another sandbox or token, 409
+	claimResultInvalid      = "invalid"      // malformed or too large body, 400/413
+	claimResultUnauthorized = "unauthorized" // not the token execd started with, 401
+	claimResultFailed       = "failed"       // the entrypoint did not start, 422/500
+	claimResultUnavailable  = "unavailable"  // execd is shutting down, 503
+)
+
+var claimResults = []string{
+	claimResultClaimed, claimResultRepeated, claimResultConflict, claimResultInvalid,
+	claimResultUnauthorized, claimResultFailed, claimResultUnavailable,
+}
+
+// claim is the sandbox that holds this execd. The first successful claim sets it; it never
+// changes afterwards, so readers may keep using a pointer they loaded.
+type claim struct {
+	sandboxUID string
+	namespace  string
+	name       string
+	tokenSum   [sha256.Size]byte
+	// env holds NAME=VALUE entries: the request's env, then SANDBOX_NAMESPACE and
+	// SANDBOX_NAME. Exec sessions get it on top of execd's environment, below their own.
+	env  []string
+	resp claimapi.Response
+}
+
+// claimedEntrypoint is the process a claim started.
+type claimedEntrypoint struct {
+	pid int
+	// done is closed once the process exited and its status was collected.
+	done chan struct{}
+}
+
+// serveClaim serves claimapi.Path. See claimapi.Request for the contract; the status codes:
+//
+//	200 claimed now, or a repeated claim (same sandboxUID and token): the claim's Response
+//	400 a malformed body or a request that fails validation
+//	401 not the bearer token execd started with (the pool's)
+//	409 already claimed by another sandbox, or by this one with another token
+//	413 a body larger than MaxClaimBytes
+//	422 the entrypoint cannot be started (not found, not executable)
+//	500 the entrypoint failed to start for another reason (fork failed, ...)
+//	503 execd is shutting down
+//
+// Only a 200 changes anything: after any other answer execd is exactly as before, in
+// particular still unclaimed when the entrypoint failed to start, so a claim may be repeated
+// and the controller can report the error and give the pod up.
+func (h *Handler) serveClaim(w http.ResponseWriter, req *http.Request) {
+	// The header only, not the query parameter: the controller sets headers, and a query
+	// would put the pool's token into access logs.
+	if token, _ := bearerToken(req); !tokenMatches(token, &h.poolTokenSum) {
+		h.metrics.claims.WithLabelValues(claimResultUnauthorized).Inc()
+		klog.InfoS("Rejected unauthenticated claim", "remoteAddr", req.RemoteAddr)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox-execd"`)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+
+	cr, code, err := decodeClaim(w, req)
+	if err == nil {
+		code, err = http.StatusBadRequest, validateClaim(cr)
+	}
+	if err != nil {
+		h.metrics.claims.WithLabelValues(claimResultInvalid).Inc()
+		// The messages name fields and env names, never the token or env values.
+		klog.InfoS("Rejected invalid claim", "remoteAddr", req.RemoteAddr, "err", err)
+		http.Error(w, "invalid claim: "+err.Error(), code)
+		return
+	}
+
+	resp, result, code, err := h.claim(cr)
+	h.metrics.claims.WithLabelValues(result).Inc()
+	if err != nil {
+		if code == http.StatusInternalServerError {
+			klog.ErrorS(err, "Claim failed", "namespace", cr.Namespace, "name", cr.Name, "sandboxUID", cr.SandboxUID)
+		} else {
+			klog.InfoS("Refused claim", "namespace", cr.Namespace, "name", cr.Name, "sandboxUID", cr.SandboxUID, "reason", err.Error())
+		}
+		http.Error(w, err.Error(), code)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if err := json.NewEncoder(w).Encode(resp); err != nil {
+		klog.V(4).InfoS("Writing claim response failed", "err", err)
+	}
+}
+
+// claim applies a valid claim. It returns the response, the metric result and, unless the
+// claim succeeded, the status code and error to answer with.
+func (h *Handler) claim(cr *claimapi.Request) (claimapi.Response, string, int, error) {
+	tokenSum := sha256.Sum256([]byte(cr.Token))
+	// Held across starting the entrypoint: requests authenticate under the read lock, so
+	// none sees a half-done claim, and concurrent claims cannot both start one.
+	h.claimMu.Lock()
+	defer h.claimMu.Unlock()
+	if h.claimsStopped {
+		return claimapi.Response{}, claimResultUnavailable, http.StatusServiceUnavailable, errors.New("sandbox-execd is shutting down")
+	}
+	if c := h.current; c != nil {
+		switch {
+		case c.sandboxUID != cr.SandboxUID:
+			return claimapi.Response{}, claimResultConflict, http.StatusConflict,
+				fmt.Errorf("sandbox-execd is already claimed by sandbox %s/%s (uid %s)", c.namespace, c.name, c.sandboxUID)
+		case !tokenMatches(cr.Token, &c.tokenSum):
+			return claimapi.Response{}, claimResultConflict, http.StatusConflict,
+				fmt.Errorf("sandbox-execd is already claimed by sandbox uid %s with another token", c.sandboxUID)
+		}
+		klog.InfoS("Repeated claim", "namespace", c.namespace, "name", c.name, "sandboxUID", c.sandboxUID)
+		return c.resp, claimResultRepeated, http.StatusOK, nil
+	}
+
+	env := make([]string, 0, len(cr.Env)+2)
+	for _, e := range cr.Env {
+		env = append(env, e.Name+"="+e.Value)
+	}
+	env = append(env, claimapi.EnvSandboxNamespace+"="+cr.Namespace, claimapi.EnvSandboxName+"="+cr.Name)
+	c := &claim{
+		sandboxUID: cr.SandboxUID, namespace: cr.Namespace, name: cr.Name,
+		tokenSum: tokenSum, env: env, resp: claimapi.Response{SandboxUID: cr.SandboxUID},
+	}
+	if len(cr.Entrypoint) > 0 {
+		ep, err := h.startClaimedEntrypoint(cr.Entrypoint, env)
+		if err != nil {
+			// A missing or non-executable program is the claim's fault: repeating it will not
+			// help. Anything else (no memory, no pids left) may pass on a retry.
+			code := http.StatusInternalServerError
+			if _, ok := startFailureCode(err); ok {
+				code = http.StatusUnprocessableEntity
+			}
+			return claimapi.Response{}, claimResultFailed, code, fmt.Errorf("starting the entrypoint: %w", err)
+		}
+		h.entrypoint = ep
+		c.resp.EntrypointPID = ep.pid
+	}
+	h.current = c
+	// Exec sessions opened with the pool's token end now: from here on, only the sandbox's
+	// token reaches into the pod.
+	h.endPreClaimSessions(errors.New("sandbox-execd was claimed by a sandbox"))
+
+	keys := []any{"namespace", c.namespace, "name", c.name, "sandboxUID", c.sandboxUID, "env", len(cr.Env)}
+	if len(cr.Entrypoint) > 0 {
+		// argv[0] only: arguments may carry secrets.
+		keys = append(keys, "entrypoint", cr.Entrypoint[0], "entrypointPID", c.resp.EntrypointPID)
+	}
+	klog.InfoS("Claimed by sandbox", keys...)
+	return c.resp, claimResultClaimed, http.StatusOK, nil
+}
+
+// decodeClaim reads the request body; on error it also returns the status code to answer with.
+func decodeClaim(w http.ResponseWriter, req *http.Request) (*claimapi.Request, int, error) {
+	body := http.MaxBytesReader(w, req.Body, MaxClaimBytes)
+	dec := json.NewDecoder(body)
+	cr := &claimapi.Request{}
+	err := dec.Decode(cr)
+	if err == nil {
+		// One object and nothing after it, or the body is not what the client meant.
+		if _, tokErr := dec.Token(); !errors.Is(tokErr, io.EOF) {
+			err = errors.New("unexpected data after the JSON object")
+			if tokErr != nil {
+				err = tokErr
+			}
+		}
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil:
+		return cr, 0, nil
+	case errors.As(err, &tooLarge):
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the body exceeds %d bytes", MaxClaimBytes)
+	case errors.Is(err, io.EOF):
+		return nil, http.StatusBadRequest, errors.New("the body is empty, want a JSON claim")
+	default:
+		return nil, http.StatusBadRequest, fmt.Errorf("the body is not a JSON claim: %w", err)
+	}
+}
+
+// validateClaim reports every problem with a claim at once. Its messages never include the
+// token or env values.
+func validateClaim(cr *claimapi.Request) error {
+	var errs []error
+	for _, f := range []struct{ field, value string }{
+		{"sandboxUID", cr.SandboxUID}, {"namespace", cr.Namespace}, {"name", cr.Name},
+	} {
+		switch {
+		case f.value == "":
+			errs = append(errs, fmt.Errorf("%s is required", f.field))
+		case strings.ContainsFunc(f.value, invalidTokenRune):
+			// Namespace and name end up in env values and logs.
+			errs = append(errs, fmt.Errorf("%s contains whitespace or control characters", f.field))
+		}
+	}
+	switch {
+	case cr.Token == "":
+		errs = append(errs, errors.New("token is required"))
+	case strings.ContainsFunc(cr.Token, invalidTokenRune):
+		// No request could present it: HTTP trims header values.
+		errs = append(errs, errors.New("token contains whitespace or control characters"))
+	}
+	if len(cr.Entrypoint) > 0 && cr.Entrypoint[0] == "" {
+		errs = append(errs, errors.New("entrypoint[0], the command, is empty"))
+	}
+	for i, arg := range cr.Entrypoint {
+		if strings.ContainsRune(arg, 0) {
+			errs = append(errs, fmt.Errorf("entrypoint[%d] contains a NUL byte", i))
+		}
+	}
+	for i, e := range cr.Env {
+		switch {
+		case e.Name == "":
+			errs = append(errs, fmt.Errorf("env[%d]: the name is empty", i))
+		case strings.ContainsAny(e.Name, "=\x00"):
+			errs = append(errs, fmt.Errorf("env[%d]: the name %q contains '=' or a NUL byte", i, e.Name))
+		case e.Name == claimapi.EnvSandboxName, e.Name == claimapi.EnvSandboxNamespace:
+			errs = append(errs, fmt.Errorf("env[%d]: %s is set by sandbox-execd from the claim", i, e.Name))
+		case e.Name == TokenEnv:
+			errs = append(errs, fmt.Errorf("env[%d]: %s may not be set", i, e.Name))
+		}
+		// A NUL would make every later exec fail to start.
+		if strings.ContainsRune(e.Value, 0) {
+			errs = append(errs, fmt.Errorf("env[%d]: the value of %q contains a NUL byte", i, e.Name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// startClaimedEntrypoint starts a claim's entrypoint in the background: in execd's working
+// directory, with execd's environment plus env, execd's stdout and stderr, no stdin, and a
+// process group of its own so that StopClaimedEntrypoint reaches whatever it starts. Its exit
+// is logged; execd keeps serving.
+func (h *Handler) startClaimedEntrypoint(argv, env []string) (*claimedEntrypoint, error) {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Env = append(os.Environ(), env...)
+	c.Stdout, c.Stderr = os.Stdout, os.Stderr // stdin: /dev/null
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	pid, err := h.reaper.Start(func() (int, error) {
+		if err := c.Start(); err != nil {
+			return 0, err
+		}
+		return c.Process.Pid, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	ep := &claimedEntrypoint{pid: pid, done: make(chan struct{})}
+	go func() {
+		defer close(ep.done)
+		err := exitError(c.Wait())
+		// Release only after Wait collected the status, see reaper.Start.
+		h.reaper.Release(pid)
+		code := 0
+		if err != nil {
+			var exitErr utilexec.ExitError
+			if !errors.As(err, &exitErr) {
+				klog.ErrorS(err, "Waiting for the claimed entrypoint failed", "pid", pid)
+				return
+			}
+			code = exitErr.ExitStatus()
+		}
+		klog.InfoS("Claimed entrypoint exited", "pid", pid, "exitCode", code)
+	}()
+	klog.V(2).InfoS("Started claimed entrypoint", "command", argv[0], "pid", pid)
+	return ep, nil
+}
+
+// StopClaimedEntrypoint refuses further claims and stops the entrypoint a claim started, if
+// any: SIGTERM to its process group, then, after the grace period or as soon as it exited,
+// SIGKILL to what is left of the group. It returns once the entrypoint's status was
+// collected. Call it when execd shuts down, after the HTTP server stopped.
+func (h *Handler) StopClaimedEntrypoint() {
+	h.claimMu.Lock()
+	h.claimsStopped = true
+	ep := h.entrypoint
+	h.claimMu.Unlock()
+	if ep == nil {
+		return
+	}
+	// The group outlives its leader while processes the entrypoint started run, and its id
+	// is not reused until the group is gone, so signalling it is safe even after the
+	// entrypoint exited.
+	signalGroup(ep.pid, unix.SIGTERM)
+	grace := time.NewTimer(h.entrypointStopGrace)
+	defer grace.Stop()
+	select {
+	case <-ep.done:
+	case <-grace.C:
+		klog.InfoS("Claimed entrypoint still running after the grace period, killing it", "pid", ep.pid, "grace", h.entrypointStopGrace)
+	}
+	signalGroup(ep.pid, unix.SIGKILL)
+	ctx, cancel := context.WithTimeout(context.Background(), entrypointKillWait)
+	defer cancel()
+	select {
+	case <-ep.done:
+	case <-ctx.Done():
+		klog.ErrorS(nil, "Claimed entrypoint did not exit after SIGKILL", "pid", ep.pid)
+	}
+}
+
+func signalGroup(pgid int, sig unix.Signal) {
+	if err := unix.Kill(-pgid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		klog.ErrorS(err, "Signalling the claimed entrypoint's process group failed", "pgid", pgid, "signal", sig.String())
+	}
+}

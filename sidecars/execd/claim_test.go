@@ -1,0 +1,726 @@
+package execd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	clientremotecommand "k8s.io/client-go/tools/remotecommand"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+)
+
+// sandboxToken is the token a claim hands over; testToken plays the pool's.
+const sandboxToken = "sandbox-token-0123"
+
+// claimServer is an unclaimed execd, as in an idle pool pod, with a files root.
+type claimServer struct {
+	srv   *httptest.Server
+	h     *Handler
+	files string
+}
+
+func startClaimServer(t *testing.T) *claimServer {
+	t.Helper()
+	s := &claimServer{files: t.TempDir()}
+	if err := os.WriteFile(filepath.Join(s.files, "f"), []byte("content"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewHandler(HandlerConfig{
+		Token: testToken, Executor: NewExecutor(nil), StreamIdleTimeout: time.Minute,
+		FilesRoot: s.files, EntrypointStopGrace: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h = h
+	s.srv = httptest.NewServer(h)
+	t.Cleanup(func() {
+		h.StopSessions()
+		s.srv.Close()
+		h.StopClaimedEntrypoint()
+		_ = h.Close()
+	})
+	return s
+}
+
+func newClaim(uid string) claimapi.Request {
+	return claimapi.Request{SandboxUID: uid, Namespace: "team-a", Name: "box", Token: sandboxToken}
+}
+
+// post sends a claim; body is a string sent as is, or marshalled to JSON. An empty bearer
+// sends no Authorization header.
+func (s *claimServer) post(t *testing.T, bearer string, body any) (int, string) {
+	t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case string:
+		r = strings.NewReader(b)
+	case []byte:
+		r = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(testContext(t), http.MethodPost, s.srv.URL+claimapi.Path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(data)
+}
+
+func (s *claimServer) mustClaim(t *testing.T, cr claimapi.Request) claimapi.Response {
+	t.Helper()
+	code, body := s.post(t, testToken, cr)
+	if code != http.StatusOK {
+		t.Fatalf("claim: status %d (%s), want 200", code, body)
+	}
+	var resp claimapi.Response
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		t.Fatalf("claim response %q: %v", body, err)
+	}
+	return resp
+}
+
+// execStatus is the status of a plain (not upgraded) exec request with token: 401 when the
+// token is refused, 400 (the upgrade is missing) when it is accepted.
+func (s *claimServer) execStatus(t *testing.T, token string) int {
+	t.Helper()
+	u, _ := ExecURL(s.srv.URL, []string{"true"}, remotecommand.Options{Stdout: true})
+	req, _ := http.NewRequestWithContext(testContext(t), http.MethodPost, u.String(), nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// execs runs cmd with token and reports whether it ran (its marker exists).
+func (s *claimServer) execs(t *testing.T, token string) bool {
+	t.Helper()
+	marker := filepath.Join(t.TempDir(), "ran")
+	res := execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"touch", marker}, token: token})
+	_, err := os.Stat(marker)
+	if ran := err == nil; ran != (res.err == nil) {
+		t.Fatalf("exec err %v, but ran = %v", res.err, ran)
+	}
+	return err == nil
+}
+
+func (s *claimServer) filesStatus(t *testing.T, token string) int {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(testContext(t), http.MethodGet, s.srv.URL+FilesPath+"f", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// accepts reports which tokens exec and files accept, as "exec:pool files:sandbox" etc.
+func (s *claimServer) accepts(t *testing.T) string {
+	t.Helper()
+	var got []string
+	for _, tok := range []struct{ name, token string }{{"pool", testToken}, {"sandbox", sandboxToken}} {
+		ran := s.execs(t, tok.token)
+		if status := s.execStatus(t, tok.token); ran != (status != http.StatusUnauthorized) {
+			t.Fatalf("%s token: exec ran %v but a plain exec request got %d", tok.name, ran, status)
+		}
+		if ran {
+			got = append(got, "exec:"+tok.name)
+		}
+		switch status := s.filesStatus(t, tok.token); status {
+		case http.StatusOK:
+			got = append(got, "files:"+tok.name)
+		case http.StatusUnauthorized:
+		default:
+			t.Fatalf("%s token: files status %d", tok.name, status)
+		}
+	}
+	return strings.Join(got, " ")
+}
+
+func (s *claimServer) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(s.srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(data)
+}
+
+// TestClaimSwitchesToken: before a claim the pool's token opens exec and files; after it only
+// the sandbox's does, and the pool's still answers claims. Probes are ok throughout.
+func TestClaimSwitchesToken(t *testing.T) {
+	s := startClaimServer(t)
+	steps := []struct {
+		name        string
+		claim       bool
+		wantAccepts string
+	}{
+		{name: "unclaimed: the pool token opens exec and files", wantAccepts: "exec:pool files:pool"},
+		{name: "claimed: only the sandbox token does", claim: true, wantAccepts: "exec:sandbox files:sandbox"},
+	}
+	for _, step := range steps {
+		t.Run(step.name, func(t *testing.T) {
+			if step.claim {
+				if resp := s.mustClaim(t, newClaim("uid-1")); resp.SandboxUID != "uid-1" || resp.EntrypointPID != 0 {
+					t.Errorf("response %+v, want sandbox uid-1 and no entrypoint", resp)
+				}
+			}
+			if got := s.accepts(t); got != step.wantAccepts {
+				t.Errorf("accepted: %q, want %q", got, step.wantAccepts)
+			}
+			for _, p := range []string{ReadyzPath, HealthzPath} {
+				if code, body := s.get(t, p); code != http.StatusOK || body != "ok" {
+					t.Errorf("%s: %d %q, want 200 ok", p, code, body)
+				}
+			}
+		})
+	}
+	t.Run("the sandbox token in the query works too", func(t *testing.T) {
+		code, _ := s.get(t, FilesPath+"f?token="+sandboxToken)
+		if code != http.StatusOK {
+			t.Errorf("status %d, want 200", code)
+		}
+		if code, _ := s.get(t, FilesPath+"f?token="+testToken); code != http.StatusUnauthorized {
+			t.Errorf("pool token in query: status %d, want 401", code)
+		}
+	})
+}
+
+// TestClaimIdempotent: repeating a claim answers the same and starts nothing; another sandbox
+// or token gets 409 and changes nothing.
+func TestClaimIdempotent(t *testing.T) {
+	s := startClaimServer(t)
+	starts := filepath.Join(t.TempDir(), "starts")
+	first := newClaim("uid-1")
+	first.Entrypoint = []string{"sh", "-c", fmt.Sprintf(`echo started >> %s; exec sleep 1000`, starts)}
+	want := s.mustClaim(t, first)
+	if want.SandboxUID != "uid-1" || want.EntrypointPID <= 0 {
+		t.Fatalf("first claim answered %+v", want)
+	}
+
+	other := func(mutate func(*claimapi.Request)) claimapi.Request {
+		cr := first
+		mutate(&cr)
+		return cr
+	}
+	tests := []struct {
+		name     string
+		bearer   string
+		claim    claimapi.Request
+		wantCode int
+		wantBody string
+	}{
+		{name: "same claim again", bearer: testToken, claim: first, wantCode: http.StatusOK},
+		{name: "same sandbox, different entrypoint and env", bearer: testToken, claim: other(func(cr *claimapi.Request) {
+			cr.Entrypoint = []string{"touch", starts + ".other"}
+			cr.Env = []claimapi.EnvVar{{Name: "X", Value: "y"}}
+		}), wantCode: http.StatusOK},
+		{name: "another sandbox", bearer: testToken, claim: other(func(cr *claimapi.Request) { cr.SandboxUID = "uid-2" }),
+			wantCode: http.StatusConflict, wantBody: "already claimed by sandbox team-a/box (uid uid-1)"},
+		{name: "same sandbox, another token", bearer: testToken, claim: other(func(cr *claimapi.Request) { cr.Token = "other-token" }),
+			wantCode: http.StatusConflict, wantBody: "another token"},
+		{name: "the sandbox token does not open claims", bearer: sandboxToken, claim: first, wantCode: http.StatusUnauthorized},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := s.post(t, tt.bearer, tt.claim)
+			if code != tt.wantCode || !strings.Contains(body, tt.wantBody) {
+				t.Fatalf("status %d (%q), want %d containing %q", code, body, tt.wantCode, tt.wantBody)
+			}
+			if strings.Contains(body, sandboxToken) || strings.Contains(body, "other-token") {
+				t.Errorf("answer leaks a token: %q", body)
+			}
+			if code == http.StatusOK {
+				var got claimapi.Response
+				if err := json.Unmarshal([]byte(body), &got); err != nil || got != want {
+					t.Errorf("answer %+v (%v), want the first one %+v", got, err, want)
+				}
+			}
+			if got := s.accepts(t); got != "exec:sandbox files:sandbox" {
+				t.Errorf("accepted: %q, want only the first claim's token", got)
+			}
+		})
+	}
+
+	// The entrypoint started once, and is still the one running.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		data, _ := os.ReadFile(starts)
+		if string(data) == "started\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("entrypoint starts: %q, want exactly one", data)
+		}
+	}
+	if _, err := os.Stat(starts + ".other"); err == nil {
+		t.Error("a repeated claim started its entrypoint")
+	}
+	if processGone(want.EntrypointPID) {
+		t.Errorf("entrypoint %d is not running", want.EntrypointPID)
+	}
+}
+
+// TestClaimRefused: bad bodies and bad credentials are refused with a message, and leave
+// execd unclaimed.
+func TestClaimRefused(t *testing.T) {
+	s := startClaimServer(t)
+	marker := filepath.Join(t.TempDir(), "started")
+	valid := newClaim("uid-1")
+	valid.Entrypoint = []string{"touch", marker}
+	with := func(mutate func(*claimapi.Request)) claimapi.Request {
+		cr := valid
+		cr.Env = []claimapi.EnvVar{{Name: "OK", Value: "v"}}
+		mutate(&cr)
+		return cr
+	}
+	env := func(name, value string) func(*claimapi.Request) {
+		return func(cr *claimapi.Request) { cr.Env = append(cr.Env, claimapi.EnvVar{Name: name, Value: value}) }
+	}
+	validJSON, _ := json.Marshal(valid)
+
+	tests := []struct {
+		name     string
+		bearer   string
+		body     any
+		wantCode int
+		wantBody string
+	}{
+		{name: "no token", body: valid, wantCode: http.StatusUnauthorized},
+		{name: "wrong token", bearer: "wrong", body: valid, wantCode: http.StatusUnauthorized},
+		{name: "the sandbox's token", bearer: sandboxToken, body: valid, wantCode: http.StatusUnauthorized},
+		{name: "empty body", bearer: testToken, body: "", wantCode: http.StatusBadRequest, wantBody: "body is empty"},
+		{name: "not JSON", bearer: testToken, body: "sandboxUID=x", wantCode: http.StatusBadRequest, wantBody: "not a JSON claim"},
+		{name: "wrong JSON type", bearer: testToken, body: `{"sandboxUID": 5}`, wantCode: http.StatusBadRequest, wantBody: "not a JSON claim"},
+		{name: "two objects", bearer: testToken, body: string(validJSON) + string(validJSON), wantCode: http.StatusBadRequest, wantBody: "unexpected data"},
+		{name: "null", bearer: testToken, body: "null", wantCode: http.StatusBadRequest, wantBody: "sandboxUID is required"},
+		{name: "too large", bearer: testToken, body: `{"name": "` + strings.Repeat("x", MaxClaimBytes) + `"}`, wantCode: http.StatusRequestEntityTooLarge, wantBody: "exceeds"},
+		{name: "no sandbox UID", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.SandboxUID = "" }), wantCode: http.StatusBadRequest, wantBody: "sandboxUID is required"},
+		{name: "no namespace", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Namespace = "" }), wantCode: http.StatusBadRequest, wantBody: "namespace is required"},
+		{name: "no name", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Name = "" }), wantCode: http.StatusBadRequest, wantBody: "name is required"},
+		{name: "name with a newline", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Name = "a\nb" }), wantCode: http.StatusBadRequest, wantBody: "name contains whitespace"},
+		{name: "no token in the body", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Token = "" }), wantCode: http.StatusBadRequest, wantBody: "token is required"},
+		{name: "token with a space", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Token = "a b" }), wantCode: http.StatusBadRequest, wantBody: "token contains whitespace"},
+		{name: "token with a control character", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Token = "a\x01b" }), wantCode: http.StatusBadRequest, wantBody: "token contains whitespace or control"},
+		{name: "empty entrypoint command", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Entrypoint = []string{"", "x"} }), wantCode: http.StatusBadRequest, wantBody: "entrypoint[0]"},
+		{name: "NUL in an entrypoint argument", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Entrypoint = []string{"touch", "a\x00b"} }), wantCode: http.StatusBadRequest, wantBody: "entrypoint[1] contains a NUL"},
+		{name: "empty env name", bearer: testToken, body: with(env("", "v")), wantCode: http.StatusBadRequest, wantBody: "env[1]: the name is empty"},
+		{name: "env name with =", bearer: testToken, body: with(env("A=B", "v")), wantCode: http.StatusBadRequest, wantBody: "contains '='"},
+		{name: "env sets SANDBOX_NAME", bearer: testToken, body: with(env(claimapi.EnvSandboxName, "v")), wantCode: http.StatusBadRequest, wantBody: "SANDBOX_NAME is set by sandbox-execd"},
+		{name: "env sets SANDBOX_NAMESPACE", bearer: testToken, body: with(env(claimapi.EnvSandboxNamespace, "v")), wantCode: http.StatusBadRequest, wantBody: "SANDBOX_NAMESPACE is set by sandbox-execd"},
+		{name: "env sets the token variable", bearer: testToken, body: with(env(TokenEnv, "v")), wantCode: http.StatusBadRequest, wantBody: TokenEnv + " may not be set"},
+		{name: "NUL in an env value", bearer: testToken, body: with(env("SECRET", "hidden\x00value")), wantCode: http.StatusBadRequest, wantBody: `value of "SECRET" contains a NUL`},
+		{name: "every problem at once", bearer: testToken, body: claimapi.Request{Env: []claimapi.EnvVar{{}}}, wantCode: http.StatusBadRequest,
+			wantBody: "sandboxUID is required\nnamespace is required\nname is required\ntoken is required\nenv[0]: the name is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := s.post(t, tt.bearer, tt.body)
+			if code != tt.wantCode || !strings.Contains(body, tt.wantBody) {
+				t.Errorf("status %d (%q), want %d containing %q", code, body, tt.wantCode, tt.wantBody)
+			}
+			if strings.Contains(body, sandboxToken) || strings.Contains(body, "hidden") {
+				t.Errorf("answer leaks the token or an env value: %q", body)
+			}
+			if got := s.accepts(t); got != "exec:pool files:pool" {
+				t.Errorf("accepted: %q, want execd still unclaimed", got)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("a refused claim started its entrypoint")
+			}
+		})
+	}
+	t.Run("wrong method", func(t *testing.T) {
+		if code, _ := s.get(t, claimapi.Path); code != http.StatusMethodNotAllowed {
+			t.Errorf("GET status %d, want 405", code)
+		}
+	})
+	t.Run("a valid claim still succeeds", func(t *testing.T) {
+		s.mustClaim(t, valid)
+		if got := s.accepts(t); got != "exec:sandbox files:sandbox" {
+			t.Errorf("accepted: %q, want the sandbox token only", got)
+		}
+	})
+}
+
+// execEnv runs cmd with the sandbox token and extra exec query parameters.
+func execEnv(t *testing.T, baseURL string, cmd []string, params url.Values) string {
+	t.Helper()
+	u, err := ExecURL(baseURL, cmd, remotecommand.Options{Stdout: true, Stderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	for k, v := range params {
+		q[k] = v
+	}
+	u.RawQuery = q.Encode()
+	exec, err := clientremotecommand.NewSPDYExecutor(&rest.Config{Host: baseURL, BearerToken: sandboxToken}, http.MethodPost, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if err := exec.StreamWithContext(testContext(t), clientremotecommand.StreamOptions{Stdout: &out, Stderr: &errOut}); err != nil {
+		t.Fatalf("exec: %v (stderr %q)", err, errOut.String())
+	}
+	return out.String()
+}
+
+// TestClaimEnv: the claim's env and the sandbox's identity reach every later exec, below the
+// exec's own env.
+func TestClaimEnv(t *testing.T) {
+	s := startClaimServer(t)
+	cr := newClaim("uid-1")
+	cr.Env = []claimapi.EnvVar{{Name: "FOO", Value: "bar baz"}, {Name: "EMPTY", Value: ""}, {Name: "DUP", Value: "1"}, {Name: "DUP", Value: "2"}}
+	s.mustClaim(t, cr)
+	script := []string{"sh", "-c", `echo "$FOO|$SANDBOX_NAME|$SANDBOX_NAMESPACE|${EMPTY-unset}|$DUP|${` + TokenEnv + `-unset}"`}
+	tests := []struct {
+		name   string
+		params url.Values
+		want   string
+	}{
+		{name: "claim env", want: "bar baz|box|team-a||2|unset\n"},
+		{name: "exec env wins", params: url.Values{EnvParam: {"FOO=mine", "SANDBOX_NAME=other"}}, want: "mine|other|team-a||2|unset\n"},
+		{name: "tty-less exec with a working dir", params: url.Values{WorkingDirParam: {s.files}}, want: "bar baz|box|team-a||2|unset\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := execEnv(t, s.srv.URL, script, tt.params); got != tt.want {
+				t.Errorf("output %q, want %q", got, tt.want)
+			}
+		})
+	}
+	t.Run("tty exec", func(t *testing.T) {
+		res := execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"sh", "-c", "echo $FOO-$SANDBOX_NAME"}, token: sandboxToken, tty: true})
+		if res.err != nil || strings.TrimSpace(res.stdout) != "bar baz-box" {
+			t.Errorf("output %q (err %v), want %q", res.stdout, res.err, "bar baz-box")
+		}
+	})
+}
+
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if data, err := os.ReadFile(path); err == nil && bytes.HasSuffix(data, []byte("\n")) {
+			return string(data)
+		}
+	}
+	t.Fatalf("%s was not written", path)
+	return ""
+}
+
+// TestClaimEntrypoint: the entrypoint runs with the claim's env in execd's working directory
+// with no stdin, and execd keeps serving after it exits.
+func TestClaimEntrypoint(t *testing.T) {
+	s := startClaimServer(t)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "marker")
+	cr := newClaim("uid-1")
+	cr.Env = []claimapi.EnvVar{{Name: "FOO", Value: "bar"}}
+	// cat returns at once only if stdin is /dev/null.
+	cr.Entrypoint = []string{"sh", "-c", `cat; echo "$FOO $SANDBOX_NAME $SANDBOX_NAMESPACE ${` + TokenEnv + `-unset} $(pwd)" > "$0.tmp" && mv "$0.tmp" "$0"; exit 3`, marker}
+	resp := s.mustClaim(t, cr)
+	if got, want := waitFile(t, marker), "bar box team-a unset "+mustGetwd(t)+"\n"; got != want {
+		t.Errorf("entrypoint wrote %q, want %q", got, want)
+	}
+	waitGone(t, resp.EntrypointPID)
+	time.Sleep(100 * time.Millisecond)
+	if got := s.accepts(t); got != "exec:sandbox files:sandbox" {
+		t.Errorf("after the entrypoint exited, accepted: %q", got)
+	}
+	if code, body := s.get(t, ReadyzPath); code != http.StatusOK || body != "ok" {
+		t.Errorf("readyz %d %q", code, body)
+	}
+}
+
+// TestClaimEntrypointStartFailure: a claim whose entrypoint cannot start is refused and
+// leaves execd unclaimed.
+func TestClaimEntrypointStartFailure(t *testing.T) {
+	notExecutable := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notExecutable, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		entrypoint []string
+		wantBody   string
+	}{
+		{name: "not found", entrypoint: []string{"no-such-entrypoint-for-execd"}, wantBody: "no-such-entrypoint-for-execd"},
+		{name: "missing path", entrypoint: []string{"/no/such/entrypoint"}, wantBody: "no such file"},
+		{name: "not executable", entrypoint: []string{notExecutable}, wantBody: "permission denied"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := startClaimServer(t)
+			cr := newClaim("uid-1")
+			cr.Entrypoint = tt.entrypoint
+			code, body := s.post(t, testToken, cr)
+			if code != http.StatusUnprocessableEntity || !strings.Contains(body, "starting the entrypoint") || !strings.Contains(body, tt.wantBody) {
+				t.Errorf("status %d (%q), want 422 explaining %q", code, body, tt.wantBody)
+			}
+			if got := s.accepts(t); got != "exec:pool files:pool" {
+				t.Errorf("accepted: %q, want execd unclaimed", got)
+			}
+			// Fixed, the claim goes through.
+			cr.Entrypoint = []string{"true"}
+			if resp := s.mustClaim(t, cr); resp.EntrypointPID <= 0 {
+				t.Errorf("response %+v, want an entrypoint pid", resp)
+			}
+		})
+	}
+}
+
+// processGroup returns pid's process group.
+func processGroup(t *testing.T, pid int) int {
+	t.Helper()
+	pgid, err := syscall.Getpgid(pid)
+	if err != nil {
+		t.Fatalf("getpgid(%d): %v", pid, err)
+	}
+	return pgid
+}
+
+// TestClaimedEntrypointStop: on shutdown the entrypoint's process group gets SIGTERM, and
+// SIGKILL after the grace period.
+func TestClaimedEntrypointStop(t *testing.T) {
+	tests := []struct {
+		name   string
+		script string // $0 is a file it may write
+		// wantFile is what the script wrote to $0 once stopped ("" for nothing).
+		wantFile    string
+		minDuration time.Duration
+	}{
+		{name: "exits on SIGTERM", script: `trap 'echo term > "$0"; exit 0' TERM; echo $$ > "$0.child"; while :; do sleep 0.05; done`, wantFile: "term\n"},
+		{name: "ignores SIGTERM and is killed", script: `trap '' TERM; echo $$ > "$0.child"; while :; do sleep 0.05; done`, minDuration: 500 * time.Millisecond},
+		// The entrypoint exits on SIGTERM at once; what it left behind ignores SIGTERM.
+		{name: "what it started is killed too", script: `sh -c "trap '' TERM; exec sleep 1000" & echo $! > "$0.child"; wait`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := startClaimServer(t)
+			file := filepath.Join(t.TempDir(), "file")
+			cr := newClaim("uid-1")
+			cr.Entrypoint = []string{"sh", "-c", tt.script, file}
+			resp := s.mustClaim(t, cr)
+			child, err := strconv.Atoi(strings.TrimSpace(waitFile(t, file+".child")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+			if pgid := processGroup(t, resp.EntrypointPID); pgid != resp.EntrypointPID {
+				t.Errorf("entrypoint %d is in process group %d, want its own", resp.EntrypointPID, pgid)
+			}
+			time.Sleep(100 * time.Millisecond) // let sh install its trap
+
+			start := time.Now()
+			s.h.StopClaimedEntrypoint()
+			took := time.Since(start)
+			if !processGone(resp.EntrypointPID) {
+				t.Errorf("entrypoint %d still running", resp.EntrypointPID)
+			}
+			waitGone(t, child)
+			if took < tt.minDuration || took > tt.minDuration+5*time.Second {
+				t.Errorf("stopping took %s, want at least %s and not much more", took, tt.minDuration)
+			}
+			if tt.wantFile != "" {
+				if data, _ := os.ReadFile(file); string(data) != tt.wantFile {
+					t.Errorf("entrypoint wrote %q, want %q", data, tt.wantFile)
+				}
+			}
+			if code, body := s.post(t, testToken, cr); code != http.StatusServiceUnavailable {
+				t.Errorf("claim after the stop: status %d (%q), want 503", code, body)
+			}
+		})
+	}
+}
+
+// TestClaimEndsPoolSessions: an exec session opened with the pool's token does not outlive the
+// claim.
+func TestClaimEndsPoolSessions(t *testing.T) {
+	s := startClaimServer(t)
+	pid, done := startBackgroundSleep(testContext(t), t, s.srv.URL, false) // the pool's token
+	s.mustClaim(t, newClaim("uid-1"))
+	waitGone(t, pid)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pool token's exec session did not end")
+	}
+}
+
+func TestClaimMetrics(t *testing.T) {
+	s := startClaimServer(t)
+	s.post(t, "wrong", newClaim("uid-1"))
+	s.post(t, testToken, "{")
+	s.mustClaim(t, newClaim("uid-1"))
+	s.mustClaim(t, newClaim("uid-1"))
+	s.post(t, testToken, newClaim("uid-2"))
+	_, body := s.get(t, MetricsPath)
+	for _, want := range []string{
+		`sandbox_execd_claims_total{result="claimed"} 1`,
+		`sandbox_execd_claims_total{result="repeated"} 1`,
+		`sandbox_execd_claims_total{result="conflict"} 1`,
+		`sandbox_execd_claims_total{result="invalid"} 1`,
+		`sandbox_execd_claims_total{result="unauthorized"} 1`,
+		`sandbox_execd_claims_total{result="failed"} 0`,
+		`sandbox_execd_requests_total{code="200",endpoint="claim"} 2`,
+		`sandbox_execd_requests_total{code="409",endpoint="claim"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+// TestServeClaim claims a Serve without an entrypoint, as in a pool pod: the claimed
+// entrypoint gets SIGTERM when Serve shuts down, and Serve still exits 0.
+func TestServeClaim(t *testing.T) {
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	addr := freeAddr(t)
+	done := make(chan int, 1)
+	go func() {
+		code, err := Serve(ctx, ServeConfig{ListenAddr: addr, Token: testToken}, nil)
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		done <- code
+	}()
+	waitHealthy(t, addr)
+	s := &claimServer{srv: &httptest.Server{URL: "http://" + addr}}
+	file := filepath.Join(t.TempDir(), "file")
+	cr := newClaim("uid-1")
+	cr.Entrypoint = []string{"sh", "-c", `trap 'echo term > "$0"; exit 0' TERM; echo ready > "$0.ready"; while :; do sleep 0.05; done`, file}
+	resp := s.mustClaim(t, cr)
+	waitFile(t, file+".ready")
+	if res := execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"sh", "-c", "echo $SANDBOX_NAME"}, token: sandboxToken}); res.err != nil || res.stdout != "box\n" {
+		t.Errorf("exec: %q (%v), want the sandbox's name", res.stdout, res.err)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("Serve returned %d, want 0", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	if data, _ := os.ReadFile(file); string(data) != "term\n" {
+		t.Errorf("entrypoint wrote %q, want it stopped by SIGTERM", data)
+	}
+	if !processGone(resp.EntrypointPID) {
+		t.Errorf("entrypoint %d still running", resp.EntrypointPID)
+	}
+}
+
+// TestServeClaimAsPID1 claims an execd that is PID 1 of a PID namespace, as in a pool pod: the
+// reaper must leave the claimed entrypoint's exit status to execd, and reap its orphans.
+func TestServeClaimAsPID1(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("unshare not available")
+	}
+	if out, err := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "true").CombinedOutput(); err != nil {
+		t.Skipf("cannot create a PID namespace: %v %s", err, out)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--kill-child", self, "serve", "--listen", addr)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", TokenEnv+"="+testToken)
+	var output lockedBuffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	cmd.WaitDelay = 5 * time.Second // in case something in the namespace keeps the output open
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	waitHealthy(t, addr)
+	s := &claimServer{srv: &httptest.Server{URL: "http://" + addr}}
+	cr := newClaim("uid-1")
+	cr.Entrypoint = []string{"sh", "-c", "sleep 0.1 & echo entrypoint of $SANDBOX_NAME; exit 6"}
+	resp := s.mustClaim(t, cr)
+
+	want := fmt.Sprintf(`"Claimed entrypoint exited" pid=%d exitCode=6`, resp.EntrypointPID)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(output.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("execd's output lacks %q:\n%s", want, output.String())
+		}
+	}
+	if !strings.Contains(output.String(), "entrypoint of box\n") {
+		t.Errorf("the entrypoint's output is not execd's:\n%s", output.String())
+	}
+	// No zombies: the entrypoint's orphan was reaped.
+	list := []string{"sh", "-c", `for f in /proc/[0-9]*/stat; do cat "$f" 2>/dev/null; echo; done`}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		res := execVia(testContext(t), s.srv.URL, execRequest{cmd: list, token: sandboxToken})
+		if res.err != nil {
+			t.Fatalf("listing processes: %v", res.err)
+		}
+		zombie := false
+		for line := range strings.Lines(res.stdout) {
+			fields := strings.Fields(line[strings.LastIndexByte(line, ')')+1:])
+			zombie = zombie || len(fields) > 0 && fields[0] == "Z"
+		}
+		if !zombie {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("zombies remain:\n%s", res.stdout)
+		}
+	}
+	// From inside: unshare ignores SIGTERM.
+	_ = execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"kill", "-TERM", "1"}, token: sandboxToken})
+	select {
+	case err := <-exited:
+		exited <- err // for the cleanup
+		if err != nil {
+			t.Errorf("execd exited with %v, want 0; output:\n%s", err, output.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("execd did not exit; output:\n%s", output.String())
+	}
+}
