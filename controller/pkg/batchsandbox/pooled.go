@@ -34,7 +34,7 @@ const parallelWrites = 16
 // precondition, so no pod is ever given to two sandboxes; then its execd is claimed for the
 // sandbox (token, env, entrypoint). Lost pods (deleted, evicted, failed) are replaced from
 // the pool, surplus ones are released.
-func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.BatchSandbox, token string, result reconcile.Result) (reconcile.Result, error) {
+func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.BatchSandbox, token func() (string, error), result reconcile.Result) (reconcile.Result, error) {
 	desired := replicas(bs)
 	pods, err := r.listPods(ctx, bs)
 	if err != nil {
@@ -177,12 +177,13 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 			allocated++
 		}
 	}
+	if allocated == len(missing) {
+		// No Event: PodsReady follows within milliseconds, and every write counts here.
+		return nil, nil
+	}
 	if allocated > 0 {
 		r.Recorder.Eventf(bs, nil, corev1.EventTypeNormal, controlv1alpha1.ReasonAllocated, "Allocate",
 			"%d pod(s) allocated from pool %s", allocated, poolName)
-	}
-	if allocated == len(missing) {
-		return nil, nil
 	}
 	problem := &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPoolExhausted, Pending: true,
 		Message: fmt.Sprintf("%d of %d replicas wait for an idle pod of pool %q (available %d, total %d of poolMax %d); the pool grows and they get the next pods that become ready",
@@ -252,7 +253,7 @@ func (r *Reconciler) allocateOne(ctx context.Context, bs *controlv1alpha1.BatchS
 // claimAll claims execd of every ready pod whose current container has not accepted the
 // allocation yet (new pods, and containers that restarted since). It returns the runtime ID
 // that accepted it per replica, a problem to report, and an error worth a retry.
-func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSandbox, token string, byReplica map[int32]*corev1.Pod) (map[int32]string, *sandboxpod.Problem, error) {
+func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSandbox, sandboxToken func() (string, error), byReplica map[int32]*corev1.Pod) (map[int32]string, *sandboxpod.Problem, error) {
 	claimed := map[int32]string{}
 	var todo []int32
 	for i, p := range byReplica {
@@ -269,6 +270,10 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 		return claimed, nil, nil
 	}
 	poolToken, err := r.poolToken(ctx, bs)
+	if err != nil {
+		return claimed, nil, err
+	}
+	token, err := sandboxToken()
 	if err != nil {
 		return claimed, nil, err
 	}

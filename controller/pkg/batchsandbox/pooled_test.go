@@ -185,7 +185,7 @@ func TestPooledAllocation(t *testing.T) {
 	if got := bs.Status.Pods[0].RuntimeID; got != "containerd://cur-old" {
 		t.Errorf("runtimeID = %q, want the container that accepted the claim", got)
 	}
-	checkEvents(t, h.events(), []string{"Normal Allocated", "Normal PodsReady"})
+	checkEvents(t, h.events(), []string{"Normal PodsReady"})
 
 	// Nothing changes on a second pass: no new claims, no writes.
 	claimer.claims = nil
@@ -269,7 +269,7 @@ func TestPooledLostPodAndScaleDown(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{"0": "c", "1": "b"}, h.allocatedPods()); diff != "" {
 		t.Fatalf("after losing a pod (-want +got):\n%s", diff)
 	}
-	checkEvents(t, h.events(), []string{"Normal Allocated", "Warning PodLost"})
+	checkEvents(t, h.events(), []string{"Warning PodLost"})
 	if bs := h.batchSandbox(); bs.Status.Ready != 2 || bs.Status.Pods[0].Name != "c" {
 		t.Errorf("status after replacement = %+v", bs.Status)
 	}

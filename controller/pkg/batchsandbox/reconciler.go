@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,12 +83,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
 	}
-	token, err := r.ensureToken(ctx, bs)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
 	if bs.Spec.PoolRef != nil {
-		return r.reconcilePooled(ctx, bs, token, result)
+		// The token is needed only to claim the pods: it is made while they are allocated,
+		// which saves a round trip off the time to a usable sandbox.
+		type tokenResult struct {
+			token string
+			err   error
+		}
+		ch := make(chan tokenResult, 1)
+		go func() {
+			t, err := r.ensureToken(ctx, bs)
+			ch <- tokenResult{t, err}
+		}()
+		var once sync.Once
+		var tr tokenResult
+		token := func() (string, error) {
+			once.Do(func() { tr = <-ch })
+			return tr.token, tr.err
+		}
+		res, err := r.reconcilePooled(ctx, bs, token, result)
+		if _, tokenErr := token(); err == nil && tokenErr != nil {
+			return reconcile.Result{}, tokenErr
+		}
+		return res, err
+	}
+	if _, err := r.ensureToken(ctx, bs); err != nil {
+		return reconcile.Result{}, err
 	}
 	if bs.Spec.Template == nil || len(bs.Spec.Template.Spec.Containers) == 0 {
 		// The CRD refuses this; an object written before that rule existed gets a condition.

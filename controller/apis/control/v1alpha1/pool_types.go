@@ -120,15 +120,19 @@ type PoolStatus struct {
 	// +optional
 	Revision string `json:"revision,omitempty"`
 	// total is the number of pods of the pool, idle and allocated (not those being deleted).
+	// +kubebuilder:default=0
 	// +optional
 	Total int32 `json:"total"`
 	// allocated is the number of pods given to sandboxes.
+	// +kubebuilder:default=0
 	// +optional
 	Allocated int32 `json:"allocated"`
 	// available is the number of idle pods ready for allocation.
+	// +kubebuilder:default=0
 	// +optional
 	Available int32 `json:"available"`
 	// updated is the number of idle pods of the current revision.
+	// +kubebuilder:default=0
 	// +optional
 	Updated int32 `json:"updated"`
 	// conditions: Ready (the buffer is full) and Progressing (a rolling update).

@@ -1,0 +1,497 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/utils/ptr"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+)
+
+var (
+	poolSize      = flag.Int("pool-size", 210, "idle pods the benchmark pool keeps (bufferMin = bufferMax)")
+	warmRuns      = flag.Int("warm-runs", 200, "pooled sandboxes per warm phase (sequential, then concurrent)")
+	concurrency   = flag.Int("concurrency", 10, "sandboxes created at once in the concurrent warm phase")
+	coldRuns      = flag.Int("cold-runs", 10, "direct-mode sandboxes for the cold baseline")
+	batchReplicas = flag.Int("batch-replicas", 100, "replicas of the pooled batch")
+	idleSeconds   = flag.Int("idle-seconds", 60, "how long the idle sandboxes are watched")
+	metricsURL    = flag.String("controller-metrics", "http://127.0.0.1:9442/metrics", "sandbox-controller's metrics endpoint")
+)
+
+// poolBench measures warm allocation: sandboxes from a pool against direct-mode (cold) ones,
+// a pooled batch, and what idle sandboxes cost the controller.
+type poolBench struct {
+	*bench
+	ns   string
+	pool string
+}
+
+func (b *bench) pools(ctx context.Context) error {
+	pb := &poolBench{bench: b, ns: fmt.Sprintf("bench-pool-%d", time.Now().Unix()), pool: "warm"}
+	if _, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: pb.ns}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	defer func() {
+		_ = b.kube.CoreV1().Namespaces().Delete(context.Background(), pb.ns, metav1.DeleteOptions{})
+	}()
+	if err := pb.createPool(ctx); err != nil {
+		return err
+	}
+
+	fmt.Printf("\n## Warm pools\n\nPool of %d idle pods (%s) in namespace %s; create → first successful exec (`true`, WebSocket) per sandbox. Between phases the pool refills completely.\n\n", *poolSize, *image, pb.ns)
+	fmt.Println("| measurement | p50 | p90 | p99 | max |")
+	fmt.Println("|---|---|---|---|---|")
+
+	seq, seqPhases, names, err := pb.warm(ctx, "seq", 1)
+	if err != nil {
+		return fmt.Errorf("sequential warm: %w", err)
+	}
+	printRow(fmt.Sprintf("warm, sequential (%d)", len(seq)), seq)
+	printBreakdown(seqPhases)
+	if err := pb.deleteAll(ctx, names); err != nil {
+		return err
+	}
+	if err := pb.waitPoolFull(ctx); err != nil {
+		return err
+	}
+	conc, concPhases, names, err := pb.warm(ctx, "conc", *concurrency)
+	if err != nil {
+		return fmt.Errorf("concurrent warm: %w", err)
+	}
+	printRow(fmt.Sprintf("warm, %d at once (%d)", *concurrency, len(conc)), conc)
+	printBreakdown(concPhases)
+	cold, err := pb.cold(ctx)
+	if err != nil {
+		return fmt.Errorf("cold baseline: %w", err)
+	}
+	printRow(fmt.Sprintf("cold (direct mode, a pod per sandbox) (%d)", len(cold)), cold)
+	fmt.Printf("\nRatio warm/cold at p50: sequential %.3f, %d at once %.3f.\n", float64(quantile(seq, 0.5))/float64(quantile(cold, 0.5)),
+		*concurrency, float64(quantile(conc, 0.5))/float64(quantile(cold, 0.5)))
+
+	if err := pb.waitPoolFull(ctx); err != nil {
+		return err
+	}
+	if err := pb.idle(ctx, len(names)); err != nil {
+		return fmt.Errorf("idle: %w", err)
+	}
+	if err := pb.deleteAll(ctx, names); err != nil {
+		return err
+	}
+	if err := pb.waitPoolFull(ctx); err != nil {
+		return err
+	}
+	return pb.batch(ctx)
+}
+
+// printBreakdown prints where the time of createToExec went.
+func printBreakdown(ph []phases) {
+	for _, part := range []struct {
+		name string
+		of   func(phases) time.Duration
+	}{
+		{"create (API call)", func(p phases) time.Duration { return p.create }},
+		{"created → Running (watch)", func(p phases) time.Duration { return p.running }},
+		{"first exec", func(p phases) time.Duration { return p.exec }},
+	} {
+		var d []time.Duration
+		for _, p := range ph {
+			d = append(d, part.of(p))
+		}
+		printRow("  of which "+part.name, d)
+	}
+}
+
+func printRow(what string, d []time.Duration) {
+	fmt.Printf("| %s | %s | %s | %s | %s |\n", what, ms(quantile(d, 0.5)), ms(quantile(d, 0.9)), ms(quantile(d, 0.99)), ms(quantile(d, 1)))
+}
+
+func (pb *poolBench) dyn() (dynamic.Interface, error) { return dynamic.NewForConfig(pb.cfg) }
+
+var poolGVR = controlv1alpha1.SchemeGroupVersion.WithResource("pools")
+
+func (pb *poolBench) createPool(ctx context.Context) error {
+	pool := &controlv1alpha1.Pool{
+		TypeMeta:   metav1.TypeMeta{APIVersion: controlv1alpha1.SchemeGroupVersion.String(), Kind: "Pool"},
+		ObjectMeta: metav1.ObjectMeta{Name: pb.pool, Namespace: pb.ns},
+		Spec: controlv1alpha1.PoolSpec{
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "sandbox", Image: *image, ImagePullPolicy: corev1.PullNever,
+			}}}},
+			CapacitySpec: controlv1alpha1.CapacitySpec{BufferMin: int32(*poolSize), BufferMax: int32(*poolSize), PoolMax: int32(*poolSize + *warmRuns + 10)},
+		},
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pool)
+	if err != nil {
+		return err
+	}
+	d, err := pb.dyn()
+	if err != nil {
+		return err
+	}
+	if _, err := d.Resource(poolGVR).Namespace(pb.ns).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := pb.waitPoolFull(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: pool of %d filled in %v\n", *poolSize, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// waitPoolFull waits until the pool has all its idle pods ready and no pod of the namespace is
+// starting or terminating, so that a phase starts on a quiet node.
+func (pb *poolBench) waitPoolFull(ctx context.Context) error {
+	d, err := pb.dyn()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		obj, err := d.Resource(poolGVR).Namespace(pb.ns).Get(ctx, pb.pool, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pool := &controlv1alpha1.Pool{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, pool); err != nil {
+			return err
+		}
+		if pool.Status.Available == int32(*poolSize) {
+			pods, err := pb.kube.CoreV1().Pods(pb.ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			settled := true
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+					settled = false
+				}
+			}
+			if settled {
+				time.Sleep(2 * time.Second) // the last kubelet work settles
+				return nil
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("pool %s/%s not full after 10m", pb.ns, pb.pool)
+}
+
+// phases of createToExec, for the breakdown of the sequential run.
+type phases struct{ create, running, exec time.Duration }
+
+// createToExec creates a sandbox, watches it until Running, and runs `true` in it: the time a
+// client waits from asking for a sandbox to having run something in it.
+func (pb *poolBench) createToExec(ctx context.Context, sbx *sandboxv1alpha1.Sandbox) (time.Duration, phases, error) {
+	c := pb.sandboxes.SandboxV1alpha1().Sandboxes(pb.ns)
+	start := time.Now()
+	created, err := c.Create(ctx, sbx, metav1.CreateOptions{})
+	if err != nil {
+		return 0, phases{}, err
+	}
+	tCreated := time.Now()
+	if created.Status.Phase != sandboxv1alpha1.PhaseRunning {
+		w, err := c.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", sbx.Name).String(),
+			ResourceVersion: created.ResourceVersion})
+		if err != nil {
+			return 0, phases{}, err
+		}
+		timeout := time.After(5 * time.Minute)
+	loop:
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					w.Stop()
+					return 0, phases{}, fmt.Errorf("watch of %s closed", sbx.Name)
+				}
+				if s, ok := ev.Object.(*sandboxv1alpha1.Sandbox); ok && ev.Type == watch.Modified && s.Status.Phase == sandboxv1alpha1.PhaseRunning {
+					break loop
+				}
+			case <-timeout:
+				w.Stop()
+				return 0, phases{}, fmt.Errorf("sandbox %s not Running after 5m", sbx.Name)
+			}
+		}
+		w.Stop()
+	}
+	tRunning := time.Now()
+	u := pb.sandboxes.SandboxV1alpha1().RESTClient().Post().Namespace(pb.ns).Resource("sandboxes").Name(sbx.Name).
+		SubResource("exec").VersionedParams(&sandboxv1alpha1.SandboxExecOptions{Command: []string{"true"}, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
+	exec, err := remotecommand.NewWebSocketExecutor(pb.cfg, "GET", u.String())
+	if err != nil {
+		return 0, phases{}, err
+	}
+	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
+		return 0, phases{}, fmt.Errorf("exec in %s: %w", sbx.Name, err)
+	}
+	return time.Since(start), phases{create: tCreated.Sub(start), running: tRunning.Sub(tCreated), exec: time.Since(tRunning)}, nil
+}
+
+func (pb *poolBench) pooled(name string) *sandboxv1alpha1.Sandbox {
+	return &sandboxv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       sandboxv1alpha1.SandboxSpec{PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: pb.pool}},
+	}
+}
+
+// warm creates *warmRuns pooled sandboxes, workers at a time, and keeps them.
+func (pb *poolBench) warm(ctx context.Context, prefix string, workers int) ([]time.Duration, []phases, []string, error) {
+	var (
+		mu        sync.Mutex
+		breakdown []phases
+		out       []time.Duration
+		names     []string
+		next      atomic.Int64
+		first     error
+		wg        sync.WaitGroup
+	)
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= *warmRuns {
+					return
+				}
+				name := fmt.Sprintf("%s-%d", prefix, i)
+				d, ph, err := pb.createToExec(ctx, pb.pooled(name))
+				mu.Lock()
+				breakdown = append(breakdown, ph)
+				names = append(names, name)
+				if err != nil && first == nil {
+					first = err
+				}
+				out = append(out, d)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return out, breakdown, names, first
+}
+
+// cold is the baseline: direct-mode sandboxes, each its own new pod, one after another.
+func (pb *poolBench) cold(ctx context.Context) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := range *coldRuns {
+		name := fmt.Sprintf("cold-%d", i)
+		sbx := &sandboxv1alpha1.Sandbox{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: sandboxv1alpha1.SandboxSpec{Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "sandbox", Image: *image, ImagePullPolicy: corev1.PullNever}},
+			}}},
+		}
+		d, _, err := pb.createToExec(ctx, sbx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+		if err := pb.deleteAll(ctx, []string{name}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (pb *poolBench) deleteAll(ctx context.Context, names []string) error {
+	c := pb.sandboxes.SandboxV1alpha1().Sandboxes(pb.ns)
+	for _, n := range names {
+		if err := c.Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		list, err := c.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		left := 0
+		gone := map[string]bool{}
+		for _, n := range names {
+			gone[n] = true
+		}
+		for _, s := range list.Items {
+			if gone[s.Name] {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("sandboxes not deleted after 5m")
+}
+
+// controllerMetrics reads reconcile counts per controller and API requests per verb.
+func controllerMetrics(ctx context.Context) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *metricsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, prefix := range []string{"controller_runtime_reconcile_total{", "rest_client_requests_total{"} {
+			if !strings.HasPrefix(line, prefix) {
+				continue
+			}
+			i := strings.LastIndexByte(line, ' ')
+			v, err := strconv.ParseFloat(line[i+1:], 64)
+			if err != nil {
+				continue
+			}
+			labels := line[len(prefix) : i-1]
+			switch {
+			case strings.HasPrefix(prefix, "controller"):
+				out["reconcile "+label(labels, "controller")] += v
+			case label(labels, "method") != "GET":
+				out["writes"] += v
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+func label(labels, name string) string {
+	for _, kv := range strings.Split(labels, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
+}
+
+// idle watches n running sandboxes for *idleSeconds: reconciles and API writes of the
+// controller (from its metrics; the writes include its leader-election lease renewals), and
+// changes to the namespace's sandboxes, pools and pods (from watches: every write to them).
+func (pb *poolBench) idle(ctx context.Context, n int) error {
+	before, err := controllerMetrics(ctx)
+	if err != nil {
+		return fmt.Errorf("controller metrics at %s: %w", *metricsURL, err)
+	}
+	var changes atomic.Int64
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(*idleSeconds)*time.Second)
+	defer cancel()
+	d, err := pb.dyn()
+	if err != nil {
+		return err
+	}
+	watches := []func() (watch.Interface, error){
+		func() (watch.Interface, error) {
+			list, err := pb.kube.CoreV1().Pods(pb.ns).List(wctx, metav1.ListOptions{Limit: 1})
+			if err != nil {
+				return nil, err
+			}
+			return pb.kube.CoreV1().Pods(pb.ns).Watch(wctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+		},
+		func() (watch.Interface, error) {
+			return d.Resource(controlv1alpha1.SchemeGroupVersion.WithResource("batchsandboxes")).Namespace(pb.ns).Watch(wctx, metav1.ListOptions{})
+		},
+		func() (watch.Interface, error) {
+			return d.Resource(poolGVR).Namespace(pb.ns).Watch(wctx, metav1.ListOptions{})
+		},
+	}
+	var wg sync.WaitGroup
+	for _, start := range watches {
+		w, err := start()
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			defer w.Stop()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case ev, ok := <-w.ResultChan():
+					if !ok {
+						return
+					}
+					if ev.Type != watch.Bookmark {
+						changes.Add(1)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	after, err := controllerMetrics(ctx)
+	if err != nil {
+		return err
+	}
+	secs := float64(*idleSeconds)
+	fmt.Printf("\n%d idle pooled sandboxes (and %d idle pool pods) watched for %d s:\n\n", n, *poolSize, *idleSeconds)
+	fmt.Println("| measurement | per second |")
+	fmt.Println("|---|---|")
+	for _, k := range []string{"reconcile batchsandbox", "reconcile pool"} {
+		fmt.Printf("| %ss | %.3f |\n", k, (after[k]-before[k])/secs)
+	}
+	fmt.Printf("| API writes by the controller (leader-election lease renewals included) | %.3f |\n", (after["writes"]-before["writes"])/secs)
+	fmt.Printf("| changes to the namespace's pods, sandboxes and pools | %.3f |\n", float64(changes.Load())/secs)
+	return nil
+}
+
+// batch creates one pooled sandbox of *batchReplicas replicas and waits until all are ready.
+func (pb *poolBench) batch(ctx context.Context) error {
+	sbx := pb.pooled("batch")
+	sbx.Spec.Replicas = ptr.To(int32(*batchReplicas))
+	c := pb.sandboxes.SandboxV1alpha1().Sandboxes(pb.ns)
+	start := time.Now()
+	created, err := c.Create(ctx, sbx, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	w, err := c.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", "batch").String(), ResourceVersion: created.ResourceVersion})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	timeout := time.After(5 * time.Minute)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return fmt.Errorf("watch closed")
+			}
+			if s, ok := ev.Object.(*sandboxv1alpha1.Sandbox); ok && s.Status.Ready == int32(*batchReplicas) {
+				fmt.Printf("\n| pooled batch | replicas | create → all Ready |\n|---|---|---|\n| one Sandbox | %d | %s |\n", *batchReplicas, ms(time.Since(start)))
+				return nil
+			}
+		case <-timeout:
+			return fmt.Errorf("batch not ready after 5m")
+		}
+	}
+}
