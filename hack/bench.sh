@@ -7,5 +7,5 @@ LOG_PREFIX=bench
 need_root
 cd "$ROOT"
 "$ROOT/hack/up.sh" >/dev/null
-log "running test/bench (exec round trips, exec throughput, files vs kubectl cp)"
+log "running test/bench (exec round trips, exec throughput, files vs kubectl cp, warm pools)"
 KUBECONFIG=$ADMIN_KUBECONFIG go run ./test/bench "$@" | tee "$OUT/bench.md"
