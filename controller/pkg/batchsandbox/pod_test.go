@@ -65,7 +65,7 @@ func installContainer() corev1.Container {
 			MountPath: controlv1alpha1.ExecdMountPath,
 		}},
 		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

@@ -8,6 +8,9 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 )
 
+// poolReadinessPeriodSeconds: see buildPod.
+const poolReadinessPeriodSeconds = 10
+
 // buildPod makes an idle pod of the pool: the template with execd installed, holding the
 // pool's token until a sandbox claims it. The name is generated: pool pods are
 // interchangeable until allocated.
@@ -36,6 +39,10 @@ func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string) *corev1.P
 	sandboxpod.Inject(&pod.Spec, sandboxpod.Options{
 		ExecdImage:  execdImage,
 		TokenSecret: controlv1alpha1.PoolTokenSecretName(pool.Name),
+		// The kubelet probes as soon as the container starts, so a new pod is ready at once
+		// all the same; afterwards, hundreds of idle pods probed every second would cost the
+		// node a good part of a CPU.
+		ReadinessPeriodSeconds: poolReadinessPeriodSeconds,
 	})
 	return pod
 }

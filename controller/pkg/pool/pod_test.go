@@ -1,0 +1,61 @@
+package pool
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+)
+
+func TestBuildPod(t *testing.T) {
+	pool := testPool(1, 1, 0, 1)
+	pool.UID = "pool-uid"
+	pool.Spec.Template = corev1.PodTemplateSpec{
+		// A template must not make an idle pod look allocated.
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "py", controlv1alpha1.LabelBatchSandbox: "someone", controlv1alpha1.LabelReplica: "0"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python", Command: []string{"sleep", "infinity"}}}},
+	}
+	pod := buildPod(pool, "rev1", "kube-sandbox:v1")
+
+	if pod.GenerateName != "py-" || pod.Name != "" || pod.Namespace != "ns" {
+		t.Errorf("name %q generateName %q namespace %q", pod.Name, pod.GenerateName, pod.Namespace)
+	}
+	wantLabels := map[string]string{
+		"app":                             "py",
+		controlv1alpha1.LabelPool:         "py",
+		controlv1alpha1.LabelPoolRevision: "rev1",
+		controlv1alpha1.LabelManagedBy:    controlv1alpha1.ManagedByController,
+	}
+	if diff := cmp.Diff(wantLabels, pod.Labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if !metav1.IsControlledBy(pod, pool) {
+		t.Errorf("owner references %+v, want the pool as controller", pod.OwnerReferences)
+	}
+	c := pod.Spec.Containers[0]
+	if diff := cmp.Diff([]string{controlv1alpha1.ExecdBinary, "serve", "--", "sleep", "infinity"}, c.Command); diff != "" {
+		t.Errorf("command (-want +got):\n%s", diff)
+	}
+	var token *corev1.EnvVar
+	for i := range c.Env {
+		if c.Env[i].Name == controlv1alpha1.ExecdTokenEnv {
+			token = &c.Env[i]
+		}
+	}
+	if token == nil || token.ValueFrom == nil || token.ValueFrom.SecretKeyRef.Name != "py-pool-token" {
+		t.Errorf("token env = %+v, want the pool's token Secret", token)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.PeriodSeconds != poolReadinessPeriodSeconds {
+		t.Errorf("readiness probe = %+v, want period %d", c.ReadinessProbe, poolReadinessPeriodSeconds)
+	}
+	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Image != "kube-sandbox:v1" {
+		t.Errorf("init containers = %+v, want the execd installer", pod.Spec.InitContainers)
+	}
+	if pool.Spec.Template.Labels[controlv1alpha1.LabelBatchSandbox] != "someone" {
+		t.Error("buildPod changed the pool's template")
+	}
+}
