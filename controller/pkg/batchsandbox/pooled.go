@@ -197,8 +197,10 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 // then those ready longest.
 func (r *Reconciler) idlePods(ctx context.Context, pool *controlv1alpha1.Pool) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
+	// Read-only: the cache's own objects, not copies of every pod of the pool per reconcile.
+	// allocateOne copies the one it writes.
 	if err := r.Client.List(ctx, list, ctrl.InNamespace(pool.Namespace),
-		ctrl.MatchingLabels{controlv1alpha1.LabelPool: pool.Name}); err != nil {
+		ctrl.MatchingLabels{controlv1alpha1.LabelPool: pool.Name}, ctrl.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list pool pods: %w", err)
 	}
 	revision := sandboxpod.TemplateRevision(&pool.Spec.Template)

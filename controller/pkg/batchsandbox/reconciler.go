@@ -229,8 +229,9 @@ func replicas(bs *controlv1alpha1.BatchSandbox) int32 {
 
 func (r *Reconciler) listPods(ctx context.Context, bs *controlv1alpha1.BatchSandbox) ([]corev1.Pod, error) {
 	list := &corev1.PodList{}
+	// Read-only (callers never change these pods): the cache's own objects, not copies.
 	if err := r.Client.List(ctx, list, ctrl.InNamespace(bs.Namespace),
-		ctrl.MatchingLabels{controlv1alpha1.LabelBatchSandbox: bs.Name}); err != nil {
+		ctrl.MatchingLabels{controlv1alpha1.LabelBatchSandbox: bs.Name}, ctrl.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
 	// Only pods this BatchSandbox controls: a pod of an earlier BatchSandbox of the same name
