@@ -57,8 +57,14 @@ export POD_RANGE_START=${POD_RANGE_START:-$p.10}
 KUBELET_MAX_OPEN_FILES=$(ulimit -Hn)
 [ "$KUBELET_MAX_OPEN_FILES" != unlimited ] || KUBELET_MAX_OPEN_FILES=1000000
 export KUBELET_MAX_OPEN_FILES
+# No DNS service runs in this cluster. Without clusterDNS the kubelet falls back to the host's
+# resolv.conf for every pod anyway, but records a MissingClusterDNS Warning each time it syncs a
+# pod (a pool allocation included): name the host's resolver instead (loopback ones excepted,
+# they do not exist in a pod's network namespace).
+CLUSTER_DNS=$(awk '$1 == "nameserver" && $2 !~ /^127\./ && $2 != "::1" {print $2; exit}' /etc/resolv.conf 2>/dev/null || true)
+export CLUSTER_DNS
 render() { # TEMPLATE OUT: substitute only our variables (${NAME}) in a hack/cluster/conf template
-	envsubst '${RUN} ${PKI} ${HOST_IP} ${CONTAINERD_SOCK} ${PAUSE_IMAGE} ${KUBE_CGROUP_ROOT} ${CNI_NETWORK} ${POD_BRIDGE} ${POD_CIDR} ${POD_GW} ${POD_RANGE_START} ${MAX_PODS} ${KUBELET_MAX_OPEN_FILES}' \
+	envsubst '${RUN} ${PKI} ${HOST_IP} ${CONTAINERD_SOCK} ${PAUSE_IMAGE} ${KUBE_CGROUP_ROOT} ${CNI_NETWORK} ${POD_BRIDGE} ${POD_CIDR} ${POD_GW} ${POD_RANGE_START} ${MAX_PODS} ${KUBELET_MAX_OPEN_FILES} ${CLUSTER_DNS}' \
 		<"$HERE/conf/$1" >"$2.tmp"
 	mv "$2.tmp" "$2"
 }

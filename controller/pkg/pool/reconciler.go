@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -55,6 +57,7 @@ type Reconciler struct {
 	Clock clock.PassiveClock
 
 	expectations expectations
+	statusWrites statusWrites
 }
 
 var _ reconcile.Reconciler = &Reconciler{}
@@ -81,8 +84,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if len(pool.Spec.Template.Spec.Containers) == 0 {
 		// The CRD refuses this; an object written before that rule existed gets a condition.
-		return reconcile.Result{}, r.updateStatus(ctx, pool, &observed{revision: sandboxpod.TemplateRevision(&pool.Spec.Template)},
+		_, err := r.updateStatus(ctx, pool, &observed{revision: sandboxpod.TemplateRevision(&pool.Spec.Template)},
 			&sandboxpod.Problem{Reason: controlv1alpha1.ReasonInvalidTemplate, Message: "spec.template has no containers"}, false)
+		return reconcile.Result{}, err
 	}
 	if _, err := sandboxpod.EnsureToken(ctx, r.Client, r.APIReader, pool, controlv1alpha1.PoolTokenSecretName(pool.Name),
 		map[string]string{controlv1alpha1.LabelPool: pool.Name, controlv1alpha1.LabelManagedBy: controlv1alpha1.ManagedByController}); err != nil {
@@ -134,10 +138,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, fmt.Errorf("create pool pod: %w", err)
 	}
-	if err := r.updateStatus(ctx, pool, obs, problem, p.pacedFor > 0); err != nil {
+	statusDue, err := r.updateStatus(ctx, pool, obs, problem, p.pacedFor > 0)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{RequeueAfter: p.pacedFor}, nil
+	requeue := p.pacedFor
+	if statusDue > 0 && (requeue == 0 || statusDue < requeue) {
+		requeue = statusDue
+	}
+	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
 func (r *Reconciler) maxStarting() int32 {
@@ -348,8 +357,15 @@ func maxUnavailable(pool *controlv1alpha1.Pool) int32 {
 	return int32(n)
 }
 
-// updateStatus writes the counts and conditions if they changed.
-func (r *Reconciler) updateStatus(ctx context.Context, pool *controlv1alpha1.Pool, obs *observed, problem *sandboxpod.Problem, paced bool) error {
+// statusCountsInterval: when only the counts of a pool's status changed, they are written at
+// most this often. A burst of allocations changes them with every sandbox, and a status write
+// per sandbox would cost the kube-apiserver as much as the allocation itself; a change of
+// condition's status or reason, or of the revision, is written at once.
+const statusCountsInterval = time.Second
+
+// updateStatus writes the counts and conditions if they changed. It returns how long until a
+// held-back change of counts is due (0: nothing held back).
+func (r *Reconciler) updateStatus(ctx context.Context, pool *controlv1alpha1.Pool, obs *observed, problem *sandboxpod.Problem, paced bool) (time.Duration, error) {
 	status := controlv1alpha1.PoolStatus{
 		ObservedGeneration: pool.Generation,
 		Revision:           obs.revision,
@@ -400,12 +416,63 @@ func (r *Reconciler) updateStatus(ctx context.Context, pool *controlv1alpha1.Poo
 	meta.SetStatusCondition(&status.Conditions, progressing)
 
 	if equality.Semantic.DeepEqual(pool.Status, status) {
-		return nil
+		return 0, nil
+	}
+	key := client.ObjectKeyFromObject(pool)
+	onlyCounts := pool.Status.ObservedGeneration == status.ObservedGeneration && pool.Status.Revision == status.Revision &&
+		conditionsEqual(pool.Status.Conditions, status.Conditions)
+	if onlyCounts {
+		if due := r.statusWrites.due(key, r.now()); due > 0 {
+			return due, nil
+		}
 	}
 	patch := client.MergeFrom(pool.DeepCopy())
 	pool.Status = status
 	if err := r.Client.Status().Patch(ctx, pool, patch); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("update pool status: %w", err)
+		return 0, fmt.Errorf("update pool status: %w", err)
 	}
-	return nil
+	r.statusWrites.wrote(key, r.now())
+	return 0, nil
+}
+
+// conditionsEqual compares conditions by type, status and reason: their messages repeat the
+// counts, which may wait.
+func conditionsEqual(a, b []metav1.Condition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		c := meta.FindStatusCondition(b, a[i].Type)
+		if c == nil || c.Status != a[i].Status || c.Reason != a[i].Reason {
+			return false
+		}
+	}
+	return true
+}
+
+// statusWrites remembers when each pool's status was last written by this process.
+type statusWrites struct {
+	mu   sync.Mutex
+	last map[types.NamespacedName]time.Time
+}
+
+// due returns how long until the pool's counts may be written again; 0: now.
+func (w *statusWrites) due(key types.NamespacedName, now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if last, ok := w.last[key]; ok {
+		if d := last.Add(statusCountsInterval).Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+func (w *statusWrites) wrote(key types.NamespacedName, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last == nil {
+		w.last = map[types.NamespacedName]time.Time{}
+	}
+	w.last[key] = now
 }

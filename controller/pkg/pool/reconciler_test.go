@@ -1,0 +1,126 @@
+package pool
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
+)
+
+func newReconciler(t *testing.T, clock *clocktesting.FakeClock, objs ...client.Object) (*Reconciler, client.Client) {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := controlv1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).
+		WithStatusSubresource(&controlv1alpha1.Pool{}).
+		WithIndex(&controlv1alpha1.BatchSandbox{}, index.PoolRef, func(o client.Object) []string {
+			if bs := o.(*controlv1alpha1.BatchSandbox); bs.Spec.PoolRef != nil {
+				return []string{bs.Spec.PoolRef.Name}
+			}
+			return nil
+		}).
+		WithObjects(objs...).Build()
+	return &Reconciler{Client: c, Recorder: events.NewFakeRecorder(100), ExecdImage: "kube-sandbox:v1", Clock: clock}, c
+}
+
+// TestReconcileFillsAndPacesStatusCounts: an empty pool creates its buffer and a token; the
+// counts of its status are written at most once per statusCountsInterval, at a deadline, while
+// a change of conditions is written at once.
+func TestReconcileFillsAndPacesStatusCounts(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	pool := testPool(2, 2, 0, 10)
+	pool.Spec.Template = corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python"}}}}
+	r, c := newReconciler(t, clock, pool)
+	ctx := t.Context()
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "py"}}
+	get := func() *controlv1alpha1.Pool {
+		p := &controlv1alpha1.Pool{}
+		if err := c.Get(ctx, req.NamespacedName, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pods := func() []corev1.Pod {
+		list := &corev1.PodList{}
+		if err := c.List(ctx, list, client.InNamespace("ns")); err != nil {
+			t.Fatal(err)
+		}
+		return list.Items
+	}
+
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(pods()); n != 2 {
+		t.Fatalf("pods after the first reconcile = %d, want 2 (bufferMin)", n)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "py-pool-token"}, &corev1.Secret{}); err != nil {
+		t.Errorf("pool token: %v", err)
+	}
+	if p := get(); p.Status.Total != 2 || p.Status.Available != 0 {
+		t.Errorf("status = %+v, want 2 starting pods", p.Status)
+	}
+
+	markReady := func(name string) {
+		t.Helper()
+		p := &corev1.Pod{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: name}, p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		if err := c.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// One pod becomes ready right after the last write: only counts change (the pool is still
+	// filling), so the write waits for its deadline.
+	list := pods()
+	markReady(list[0].Name)
+	res, err := r.Reconcile(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := get().Status.Available; got != 0 {
+		t.Errorf("available = %d right after a write, want the change held back", got)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > statusCountsInterval {
+		t.Errorf("RequeueAfter = %v, want the deadline of the held-back counts (at most %v)", res.RequeueAfter, statusCountsInterval)
+	}
+	clock.Step(statusCountsInterval)
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := get().Status.Available; got != 1 {
+		t.Errorf("available = %d after the deadline, want 1", got)
+	}
+
+	// The second becomes ready at once after that write: the pool turns Ready, a change of
+	// condition, written at once.
+	markReady(list[1].Name)
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	p := get()
+	if c := meta.FindStatusCondition(p.Status.Conditions, controlv1alpha1.PoolConditionReady); p.Status.Available != 2 || c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("status = %+v, want 2 available and Ready written at once", p.Status)
+	}
+}
