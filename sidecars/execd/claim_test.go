@@ -652,33 +652,11 @@ func TestServeClaim(t *testing.T) {
 // TestServeClaimAsPID1 claims an execd that is PID 1 of a PID namespace, as in a pool pod: the
 // reaper must leave the claimed entrypoint's exit status to execd, and reap its orphans.
 func TestServeClaimAsPID1(t *testing.T) {
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("unshare not available")
-	}
-	if out, err := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "true").CombinedOutput(); err != nil {
-		t.Skipf("cannot create a PID namespace: %v %s", err, out)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--kill-child", self, "serve", "--listen", addr)
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", TokenEnv+"="+testToken)
-	var output lockedBuffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	cmd.WaitDelay = 5 * time.Second // in case something in the namespace keeps the output open
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	cmd, addr, output, exited := startServeInPIDNamespace(t)
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-	waitHealthy(t, addr)
 	s := &claimServer{srv: &httptest.Server{URL: "http://" + addr}}
 	cr := newClaim("uid-1")
 	cr.Entrypoint = []string{"sh", "-c", "sleep 0.1 & echo entrypoint of $SANDBOX_NAME; exit 6"}
@@ -723,4 +701,36 @@ func TestServeClaimAsPID1(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("execd did not exit; output:\n%s", output.String())
 	}
+}
+
+// startServeInPIDNamespace starts `sandbox-execd serve` (this test binary) as PID 1 of a new PID
+// namespace under `unshare --kill-child`, with testToken in its environment, and waits until it
+// answers on the returned address. It skips when PID namespaces are not available. exited
+// receives the result of cmd.Wait (a test may put it back for its cleanup).
+func startServeInPIDNamespace(t *testing.T) (cmd *exec.Cmd, addr string, output *lockedBuffer, exited chan error) {
+	t.Helper()
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("unshare not available")
+	}
+	if out, err := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "true").CombinedOutput(); err != nil {
+		t.Skipf("cannot create a PID namespace: %v %s", err, out)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = freeAddr(t)
+	cmd = exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--kill-child", self, "serve", "--listen", addr)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", TokenEnv+"="+testToken)
+	output = &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = output, output
+	cmd.WaitDelay = 5 * time.Second // in case something in the namespace keeps the output open
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	waitHealthy(t, addr)
+	return cmd, addr, output, done
 }

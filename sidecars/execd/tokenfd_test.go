@@ -153,29 +153,7 @@ func TestServeTokenFD(t *testing.T) {
 // TestServeReexecKeepsParentDeathSignal: serve re-executes itself from the main thread, so the
 // parent-death signal a supervisor set (here unshare --kill-child) still ends it.
 func TestServeReexecKeepsParentDeathSignal(t *testing.T) {
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("unshare not available")
-	}
-	if out, err := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "true").CombinedOutput(); err != nil {
-		t.Skipf("cannot create a PID namespace: %v %s", err, out)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--kill-child", self, "serve", "--listen", addr)
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", TokenEnv+"="+testToken)
-	var output lockedBuffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	waitHealthy(t, addr)
+	cmd, addr, output, exited := startServeInPIDNamespace(t)
 	// execd is the one to tell: exec'd commands see it as PID 1 of their namespace.
 	if res := execVia(testContext(t), "http://"+addr, execRequest{cmd: []string{"sh", "-c", "echo $PPID"}, token: testToken}); res.stdout != "1\n" {
 		t.Fatalf("exec: %q (%v), want execd as PID 1", res.stdout, res.err)
