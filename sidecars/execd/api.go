@@ -1,40 +1,40 @@
 package execd
 
-import "github.com/kube-sandbox/kube-sandbox/sidecars/execd/fileapi"
+import "github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 
-// The files API's wire types and parameters live in package fileapi, which sandbox-apiserver
+// The files API's wire types and parameters live in package execdapi, which sandbox-apiserver
 // and the kubectl plugin import without execd's dependencies; these names keep execd's own
 // code short.
 type (
-	FileType = fileapi.FileType
-	FileInfo = fileapi.FileInfo
-	FileList = fileapi.FileList
+	FileType = execdapi.FileType
+	FileInfo = execdapi.FileInfo
+	FileList = execdapi.FileList
 )
 
 const (
-	FilesPath        = fileapi.FilesPath
-	MetricsPath      = fileapi.MetricsPath
-	FileListKind     = fileapi.FileListKind
-	StatParam        = fileapi.StatParam
-	LimitParam       = fileapi.LimitParam
-	ContinueParam    = fileapi.ContinueParam
-	DepthParam       = fileapi.DepthParam
-	TypeParam        = fileapi.TypeParam
-	ModeParam        = fileapi.ModeParam
-	MkdirsParam      = fileapi.MkdirsParam
-	MaxBytesParam    = fileapi.MaxBytesParam
-	RecursiveParam   = fileapi.RecursiveParam
-	MoveToParam      = fileapi.MoveToParam
-	OverwriteParam   = fileapi.OverwriteParam
-	FileModeHeader   = fileapi.FileModeHeader
-	DefaultListLimit = fileapi.DefaultListLimit
-	MaxListLimit     = fileapi.MaxListLimit
-	MaxListDepth     = fileapi.MaxListDepth
-	FileTypeFile     = fileapi.FileTypeFile
-	FileTypeDir      = fileapi.FileTypeDir
-	FileTypeSymlink  = fileapi.FileTypeSymlink
-	FileTypeOther    = fileapi.FileTypeOther
+	FilesPath        = execdapi.FilesPath
+	MetricsPath      = execdapi.MetricsPath
+	FileListKind     = execdapi.FileListKind
+	StatParam        = execdapi.StatParam
+	LimitParam       = execdapi.LimitParam
+	ContinueParam    = execdapi.ContinueParam
+	DepthParam       = execdapi.DepthParam
+	TypeParam        = execdapi.TypeParam
+	ModeParam        = execdapi.ModeParam
+	MkdirsParam      = execdapi.MkdirsParam
+	MaxBytesParam    = execdapi.MaxBytesParam
+	RecursiveParam   = execdapi.RecursiveParam
+	MoveToParam      = execdapi.MoveToParam
+	OverwriteParam   = execdapi.OverwriteParam
+	FileModeHeader   = execdapi.FileModeHeader
+	DefaultListLimit = execdapi.DefaultListLimit
+	MaxListLimit     = execdapi.MaxListLimit
+	MaxListDepth     = execdapi.MaxListDepth
+	FileTypeFile     = execdapi.FileTypeFile
+	FileTypeDir      = execdapi.FileTypeDir
+	FileTypeSymlink  = execdapi.FileTypeSymlink
+	FileTypeOther    = execdapi.FileTypeOther
 )
 
-// FilesURL is fileapi.FilesURL.
-var FilesURL = fileapi.FilesURL
+// FilesURL is execdapi.FilesURL.
+var FilesURL = execdapi.FilesURL

@@ -2,7 +2,6 @@ package execd
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,12 +17,12 @@ import (
 	"k8s.io/klog/v2"
 	utilexec "k8s.io/utils/exec"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 const (
-	// MaxClaimBytes caps the body of a claim. A claim is a few names, a token, an argv and an
-	// env; a megabyte leaves room for large envs without letting a client fill execd's memory.
+	// MaxClaimBytes caps the body of a claim. A claim is a few names, an argv and an env; a
+	// megabyte leaves room for large envs without letting a client fill execd's memory.
 	MaxClaimBytes = 1 << 20
 
 	// DefaultEntrypointStopGrace is how long StopClaimedEntrypoint waits, after the SIGTERM to a
@@ -39,31 +38,35 @@ const (
 
 // Results of a claim, the label of the sandbox_execd_claims_total metric.
 const (
-	claimResultClaimed      = "claimed"      // first claim, 200
-	claimResultRepeated     = "repeated"     // same sandbox and token again, 200
-	claimResultConflict     = "conflict"     // claimed by another sandbox or token, 409
-	claimResultInvalid      = "invalid"      // malformed or too large body, 400/413
-	claimResultUnauthorized = "unauthorized" // not the token execd started with, 401
-	claimResultFailed       = "failed"       // the entrypoint did not start, 422/500
-	claimResultUnavailable  = "unavailable"  // execd is shutting down, 503
+	claimResultClaimed     = "claimed"     // first claim, 200
+	claimResultRepeated    = "repeated"    // same sandbox again, 200
+	claimResultConflict    = "conflict"    // held by another sandbox, 409
+	claimResultInvalid     = "invalid"     // malformed or too large body, 400/413
+	claimResultFailed      = "failed"      // the entrypoint did not start, 422/500
+	claimResultUnavailable = "unavailable" // execd is shutting down, 503
 )
 
 var claimResults = []string{
 	claimResultClaimed, claimResultRepeated, claimResultConflict, claimResultInvalid,
-	claimResultUnauthorized, claimResultFailed, claimResultUnavailable,
+	claimResultFailed, claimResultUnavailable,
 }
 
-// claim is the sandbox that holds this execd. The first successful claim sets it; it never
-// changes afterwards, so readers may keep using a pointer they loaded.
+// Sandbox names the sandbox an execd belongs to.
+type Sandbox struct {
+	UID, Namespace, Name string
+}
+
+// claim is the sandbox that holds this execd: from the start (a pod made for it) or from the
+// first successful claim (a pool pod). It never changes once set, so readers may keep using a
+// pointer they loaded.
 type claim struct {
 	sandboxUID string
 	namespace  string
 	name       string
-	tokenSum   [sha256.Size]byte
 	// env holds NAME=VALUE entries: the request's env, then SANDBOX_NAMESPACE and
 	// SANDBOX_NAME. Exec sessions get it on top of execd's environment, below their own.
 	env  []string
-	resp claimapi.Response
+	resp execdapi.ClaimResponse
 }
 
 // claimedEntrypoint is the process a claim started.
@@ -73,12 +76,12 @@ type claimedEntrypoint struct {
 	done chan struct{}
 }
 
-// serveClaim serves claimapi.Path. See claimapi.Request for the contract; the status codes:
+// serveClaim serves execdapi.ClaimPath (sandbox-controller only). See execdapi.ClaimRequest
+// for the contract; the status codes:
 //
-//	200 claimed now, or a repeated claim (same sandboxUID and token): the claim's Response
+//	200 claimed now, or a repeated claim (same sandboxUID): the claim's response
 //	400 a malformed body or a request that fails validation
-//	401 not the bearer token execd started with (the pool's)
-//	409 already claimed by another sandbox, or by this one with another token
+//	409 held by another sandbox
 //	413 a body larger than MaxClaimBytes
 //	422 the entrypoint cannot be started (not found, not executable)
 //	500 the entrypoint failed to start for another reason (fork failed, ...)
@@ -88,23 +91,16 @@ type claimedEntrypoint struct {
 // particular still unclaimed when the entrypoint failed to start, so a claim may be repeated
 // and the controller can report the error and give the pod up.
 func (h *Handler) serveClaim(w http.ResponseWriter, req *http.Request) {
-	// The header only, not the query parameter: the controller sets headers, and a query
-	// would put the pool's token into access logs.
-	if token, _ := bearerToken(req); !tokenMatches(token, &h.poolTokenSum) {
-		h.metrics.claims.WithLabelValues(claimResultUnauthorized).Inc()
-		klog.InfoS("Rejected unauthenticated claim", "remoteAddr", req.RemoteAddr)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox-execd"`)
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	if !h.allow(w, req, execdapi.ControllerIdentity) {
 		return
 	}
-
 	cr, code, err := decodeClaim(w, req)
 	if err == nil {
 		code, err = http.StatusBadRequest, validateClaim(cr)
 	}
 	if err != nil {
 		h.metrics.claims.WithLabelValues(claimResultInvalid).Inc()
-		// The messages name fields and env names, never the token or env values.
+		// The messages name fields and env names, never env values.
 		klog.InfoS("Rejected invalid claim", "remoteAddr", req.RemoteAddr, "err", err)
 		http.Error(w, "invalid claim: "+err.Error(), code)
 		return
@@ -130,25 +126,20 @@ func (h *Handler) serveClaim(w http.ResponseWriter, req *http.Request) {
 
 // claim applies a valid claim. It returns the response, the metric result and, unless the
 // claim succeeded, the status code and error to answer with.
-func (h *Handler) claim(cr *claimapi.Request) (claimapi.Response, string, int, error) {
-	tokenSum := sha256.Sum256([]byte(cr.Token))
-	// Held across starting the entrypoint: requests authenticate under the read lock, so
+func (h *Handler) claim(cr *execdapi.ClaimRequest) (execdapi.ClaimResponse, string, int, error) {
+	// Held across starting the entrypoint: requests read the claim under the read lock, so
 	// none sees a half-done claim, and concurrent claims cannot both start one.
 	h.claimMu.Lock()
 	defer h.claimMu.Unlock()
 	if h.claimsStopped {
-		return claimapi.Response{}, claimResultUnavailable, http.StatusServiceUnavailable, errors.New("sandbox-execd is shutting down")
+		return execdapi.ClaimResponse{}, claimResultUnavailable, http.StatusServiceUnavailable, errors.New("sandbox-execd is shutting down")
 	}
 	if c := h.current; c != nil {
-		switch {
-		case c.sandboxUID != cr.SandboxUID:
-			return claimapi.Response{}, claimResultConflict, http.StatusConflict,
-				fmt.Errorf("sandbox-execd is already claimed by sandbox %s/%s (uid %s)", c.namespace, c.name, c.sandboxUID)
-		case !tokenMatches(cr.Token, &c.tokenSum):
-			return claimapi.Response{}, claimResultConflict, http.StatusConflict,
-				fmt.Errorf("sandbox-execd is already claimed by sandbox uid %s with another token", c.sandboxUID)
+		if c.sandboxUID != cr.SandboxUID {
+			return execdapi.ClaimResponse{}, claimResultConflict, http.StatusConflict,
+				fmt.Errorf("sandbox-execd belongs to sandbox %s/%s (uid %s)", c.namespace, c.name, c.sandboxUID)
 		}
-		klog.InfoS("Repeated claim", "namespace", c.namespace, "name", c.name, "sandboxUID", c.sandboxUID)
+		klog.V(2).InfoS("Repeated claim", "namespace", c.namespace, "name", c.name, "sandboxUID", c.sandboxUID)
 		return c.resp, claimResultRepeated, http.StatusOK, nil
 	}
 
@@ -156,10 +147,10 @@ func (h *Handler) claim(cr *claimapi.Request) (claimapi.Response, string, int, e
 	for _, e := range cr.Env {
 		env = append(env, e.Name+"="+e.Value)
 	}
-	env = append(env, claimapi.EnvSandboxNamespace+"="+cr.Namespace, claimapi.EnvSandboxName+"="+cr.Name)
+	env = append(env, execdapi.EnvSandboxNamespace+"="+cr.Namespace, execdapi.EnvSandboxName+"="+cr.Name)
 	c := &claim{
 		sandboxUID: cr.SandboxUID, namespace: cr.Namespace, name: cr.Name,
-		tokenSum: tokenSum, env: env, resp: claimapi.Response{SandboxUID: cr.SandboxUID},
+		env: env, resp: execdapi.ClaimResponse{SandboxUID: cr.SandboxUID},
 	}
 	if len(cr.Entrypoint) > 0 {
 		ep, err := h.startClaimedEntrypoint(cr.Entrypoint, env)
@@ -170,15 +161,12 @@ func (h *Handler) claim(cr *claimapi.Request) (claimapi.Response, string, int, e
 			if _, ok := startFailureCode(err); ok {
 				code = http.StatusUnprocessableEntity
 			}
-			return claimapi.Response{}, claimResultFailed, code, fmt.Errorf("starting the entrypoint: %w", err)
+			return execdapi.ClaimResponse{}, claimResultFailed, code, fmt.Errorf("starting the entrypoint: %w", err)
 		}
 		h.entrypoint = ep
 		c.resp.EntrypointPID = ep.pid
 	}
 	h.current = c
-	// Exec sessions opened with the pool's token end now: from here on, only the sandbox's
-	// token reaches into the pod.
-	h.endPreClaimSessions(errors.New("sandbox-execd was claimed by a sandbox"))
 
 	keys := []any{"namespace", c.namespace, "name", c.name, "sandboxUID", c.sandboxUID, "env", len(cr.Env)}
 	if len(cr.Entrypoint) > 0 {
@@ -190,10 +178,10 @@ func (h *Handler) claim(cr *claimapi.Request) (claimapi.Response, string, int, e
 }
 
 // decodeClaim reads the request body; on error it also returns the status code to answer with.
-func decodeClaim(w http.ResponseWriter, req *http.Request) (*claimapi.Request, int, error) {
+func decodeClaim(w http.ResponseWriter, req *http.Request) (*execdapi.ClaimRequest, int, error) {
 	body := http.MaxBytesReader(w, req.Body, MaxClaimBytes)
 	dec := json.NewDecoder(body)
-	cr := &claimapi.Request{}
+	cr := &execdapi.ClaimRequest{}
 	err := dec.Decode(cr)
 	if err == nil {
 		// One object and nothing after it, or the body is not what the client meant.
@@ -217,9 +205,9 @@ func decodeClaim(w http.ResponseWriter, req *http.Request) (*claimapi.Request, i
 	}
 }
 
-// validateClaim reports every problem with a claim at once. Its messages never include the
-// token or env values.
-func validateClaim(cr *claimapi.Request) error {
+// validateClaim reports every problem with a claim at once. Its messages never include env
+// values.
+func validateClaim(cr *execdapi.ClaimRequest) error {
 	var errs []error
 	for _, f := range []struct{ field, value string }{
 		{"sandboxUID", cr.SandboxUID}, {"namespace", cr.Namespace}, {"name", cr.Name},
@@ -227,17 +215,10 @@ func validateClaim(cr *claimapi.Request) error {
 		switch {
 		case f.value == "":
 			errs = append(errs, fmt.Errorf("%s is required", f.field))
-		case strings.ContainsFunc(f.value, invalidTokenRune):
+		case strings.ContainsFunc(f.value, invalidNameRune):
 			// Namespace and name end up in env values and logs.
 			errs = append(errs, fmt.Errorf("%s contains whitespace or control characters", f.field))
 		}
-	}
-	switch {
-	case cr.Token == "":
-		errs = append(errs, errors.New("token is required"))
-	case strings.ContainsFunc(cr.Token, invalidTokenRune):
-		// No request could present it: HTTP trims header values.
-		errs = append(errs, errors.New("token contains whitespace or control characters"))
 	}
 	if len(cr.Entrypoint) > 0 && cr.Entrypoint[0] == "" {
 		errs = append(errs, errors.New("entrypoint[0], the command, is empty"))
@@ -253,10 +234,10 @@ func validateClaim(cr *claimapi.Request) error {
 			errs = append(errs, fmt.Errorf("env[%d]: the name is empty", i))
 		case strings.ContainsAny(e.Name, "=\x00"):
 			errs = append(errs, fmt.Errorf("env[%d]: the name %q contains '=' or a NUL byte", i, e.Name))
-		case e.Name == claimapi.EnvSandboxName, e.Name == claimapi.EnvSandboxNamespace:
-			errs = append(errs, fmt.Errorf("env[%d]: %s is set by sandbox-execd from the claim", i, e.Name))
-		case e.Name == TokenEnv:
-			errs = append(errs, fmt.Errorf("env[%d]: %s may not be set", i, e.Name))
+		default:
+			if why, reserved := execdapi.ReservedEnv(e.Name); reserved {
+				errs = append(errs, fmt.Errorf("env[%d]: %s may not be set: %s", i, e.Name, why))
+			}
 		}
 		// A NUL would make every later exec fail to start.
 		if strings.ContainsRune(e.Value, 0) {

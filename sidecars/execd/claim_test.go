@@ -18,15 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
 	clientremotecommand "k8s.io/client-go/tools/remotecommand"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
-
-// sandboxToken is the token a claim hands over; testToken plays the pool's.
-const sandboxToken = "sandbox-token-0123"
 
 // claimServer is an unclaimed execd, as in an idle pool pod, with a files root.
 type claimServer struct {
@@ -42,30 +38,29 @@ func startClaimServer(t *testing.T) *claimServer {
 		t.Fatal(err)
 	}
 	h, err := NewHandler(HandlerConfig{
-		Token: testToken, Executor: NewExecutor(nil), StreamIdleTimeout: time.Minute,
+		Executor: NewExecutor(nil), StreamIdleTimeout: time.Minute,
 		FilesRoot: s.files, EntrypointStopGrace: 500 * time.Millisecond,
-	})
+	}, newTestIdentity(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.h = h
-	s.srv = httptest.NewServer(h)
+	s.srv = serveTLS(t, h, h.identity)
 	t.Cleanup(func() {
 		h.StopSessions()
-		s.srv.Close()
 		h.StopClaimedEntrypoint()
 		_ = h.Close()
 	})
 	return s
 }
 
-func newClaim(uid string) claimapi.Request {
-	return claimapi.Request{SandboxUID: uid, Namespace: "team-a", Name: "box", Token: sandboxToken}
+func newClaim(uid string) execdapi.ClaimRequest {
+	return execdapi.ClaimRequest{SandboxUID: uid, Namespace: "team-a", Name: "box"}
 }
 
-// post sends a claim; body is a string sent as is, or marshalled to JSON. An empty bearer
-// sends no Authorization header.
-func (s *claimServer) post(t *testing.T, bearer string, body any) (int, string) {
+// post sends a claim as identity; body is a string sent as is, or marshalled to JSON. It
+// returns 0 when the TLS handshake fails.
+func (s *claimServer) post(t *testing.T, identity string, body any) (int, string) {
 	t.Helper()
 	var r io.Reader
 	switch b := body.(type) {
@@ -80,44 +75,40 @@ func (s *claimServer) post(t *testing.T, bearer string, body any) (int, string) 
 		}
 		r = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(testContext(t), http.MethodPost, s.srv.URL+claimapi.Path, r)
+	req, err := http.NewRequestWithContext(testContext(t), http.MethodPost, s.srv.URL+execdapi.ClaimPath, r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient(t, identity).Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, err.Error()
 	}
 	defer func() { _ = resp.Body.Close() }()
 	data, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(data)
 }
 
-func (s *claimServer) mustClaim(t *testing.T, cr claimapi.Request) claimapi.Response {
+func (s *claimServer) mustClaim(t *testing.T, cr execdapi.ClaimRequest) execdapi.ClaimResponse {
 	t.Helper()
-	code, body := s.post(t, testToken, cr)
+	code, body := s.post(t, asController, cr)
 	if code != http.StatusOK {
 		t.Fatalf("claim: status %d (%s), want 200", code, body)
 	}
-	var resp claimapi.Response
+	var resp execdapi.ClaimResponse
 	if err := json.Unmarshal([]byte(body), &resp); err != nil {
 		t.Fatalf("claim response %q: %v", body, err)
 	}
 	return resp
 }
 
-// execStatus is the status of a plain (not upgraded) exec request with token: 401 when the
-// token is refused, 400 (the upgrade is missing) when it is accepted.
-func (s *claimServer) execStatus(t *testing.T, token string) int {
+// execStatus is the status of a plain (not upgraded) exec request of sandbox-apiserver: 409
+// while execd belongs to no sandbox, 400 (the upgrade is missing) once it does.
+func (s *claimServer) execStatus(t *testing.T) int {
 	t.Helper()
-	u, _ := ExecURL(s.srv.URL, []string{"true"}, remotecommand.Options{Stdout: true})
+	u, _ := execURL(s.srv.URL, []string{"true"}, remotecommand.Options{Stdout: true})
 	req, _ := http.NewRequestWithContext(testContext(t), http.MethodPost, u.String(), nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient(t, asAPIServer).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +116,11 @@ func (s *claimServer) execStatus(t *testing.T, token string) int {
 	return resp.StatusCode
 }
 
-// execs runs cmd with token and reports whether it ran (its marker exists).
-func (s *claimServer) execs(t *testing.T, token string) bool {
+// execs runs cmd as sandbox-apiserver and reports whether it ran (its marker exists).
+func (s *claimServer) execs(t *testing.T) bool {
 	t.Helper()
 	marker := filepath.Join(t.TempDir(), "ran")
-	res := execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"touch", marker}, token: token})
+	res := execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"touch", marker}})
 	_, err := os.Stat(marker)
 	if ran := err == nil; ran != (res.err == nil) {
 		t.Fatalf("exec err %v, but ran = %v", res.err, ran)
@@ -137,11 +128,10 @@ func (s *claimServer) execs(t *testing.T, token string) bool {
 	return err == nil
 }
 
-func (s *claimServer) filesStatus(t *testing.T, token string) int {
+func (s *claimServer) filesStatus(t *testing.T) int {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(testContext(t), http.MethodGet, s.srv.URL+FilesPath+"f", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient(t, asAPIServer).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,82 +139,63 @@ func (s *claimServer) filesStatus(t *testing.T, token string) int {
 	return resp.StatusCode
 }
 
-// accepts reports which tokens exec and files accept, as "exec:pool files:sandbox" etc.
-func (s *claimServer) accepts(t *testing.T) string {
+// serves reports what execd serves sandbox-apiserver: "exec files" once it belongs to a
+// sandbox, "" before.
+func (s *claimServer) serves(t *testing.T) string {
 	t.Helper()
 	var got []string
-	for _, tok := range []struct{ name, token string }{{"pool", testToken}, {"sandbox", sandboxToken}} {
-		ran := s.execs(t, tok.token)
-		if status := s.execStatus(t, tok.token); ran != (status != http.StatusUnauthorized) {
-			t.Fatalf("%s token: exec ran %v but a plain exec request got %d", tok.name, ran, status)
-		}
-		if ran {
-			got = append(got, "exec:"+tok.name)
-		}
-		switch status := s.filesStatus(t, tok.token); status {
-		case http.StatusOK:
-			got = append(got, "files:"+tok.name)
-		case http.StatusUnauthorized:
-		default:
-			t.Fatalf("%s token: files status %d", tok.name, status)
-		}
+	ran := s.execs(t)
+	if status := s.execStatus(t); ran != (status != http.StatusConflict) {
+		t.Fatalf("exec ran %v but a plain exec request got %d", ran, status)
+	}
+	if ran {
+		got = append(got, "exec")
+	}
+	switch status := s.filesStatus(t); status {
+	case http.StatusOK:
+		got = append(got, "files")
+	case http.StatusConflict:
+	default:
+		t.Fatalf("files status %d", status)
 	}
 	return strings.Join(got, " ")
 }
 
-func (s *claimServer) get(t *testing.T, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(s.srv.URL + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(data)
-}
-
-// TestClaimSwitchesToken: before a claim the pool's token opens exec and files; after it only
-// the sandbox's does, and the pool's still answers claims. Probes are ok throughout.
-func TestClaimSwitchesToken(t *testing.T) {
+// TestClaimGivesExecdToItsSandbox: an idle pool pod serves no exec and no files; a claim gives
+// it to its sandbox, and requests meant for another sandbox are still refused.
+func TestClaimGivesExecdToItsSandbox(t *testing.T) {
 	s := startClaimServer(t)
-	steps := []struct {
-		name        string
-		claim       bool
-		wantAccepts string
-	}{
-		{name: "unclaimed: the pool token opens exec and files", wantAccepts: "exec:pool files:pool"},
-		{name: "claimed: only the sandbox token does", claim: true, wantAccepts: "exec:sandbox files:sandbox"},
+	if got := s.serves(t); got != "" {
+		t.Errorf("unclaimed execd serves %q, want nothing", got)
 	}
-	for _, step := range steps {
-		t.Run(step.name, func(t *testing.T) {
-			if step.claim {
-				if resp := s.mustClaim(t, newClaim("uid-1")); resp.SandboxUID != "uid-1" || resp.EntrypointPID != 0 {
-					t.Errorf("response %+v, want sandbox uid-1 and no entrypoint", resp)
-				}
-			}
-			if got := s.accepts(t); got != step.wantAccepts {
-				t.Errorf("accepted: %q, want %q", got, step.wantAccepts)
-			}
-			for _, p := range []string{ReadyzPath, HealthzPath} {
-				if code, body := s.get(t, p); code != http.StatusOK || body != "ok" {
-					t.Errorf("%s: %d %q, want 200 ok", p, code, body)
-				}
-			}
-		})
+	if _, ok := s.h.Claimed(); ok {
+		t.Error("Claimed() before the claim")
 	}
-	t.Run("the sandbox token in the query works too", func(t *testing.T) {
-		code, _ := s.get(t, FilesPath+"f?token="+sandboxToken)
-		if code != http.StatusOK {
-			t.Errorf("status %d, want 200", code)
+	if resp := s.mustClaim(t, newClaim("uid-1")); resp.SandboxUID != "uid-1" || resp.EntrypointPID != 0 {
+		t.Errorf("response %+v, want sandbox uid-1 and no entrypoint", resp)
+	}
+	if got := s.serves(t); got != "exec files" {
+		t.Errorf("claimed execd serves %q, want exec and files", got)
+	}
+	if sb, ok := s.h.Claimed(); !ok || sb != (Sandbox{UID: "uid-1", Namespace: "team-a", Name: "box"}) {
+		t.Errorf("Claimed() = %+v, %v", sb, ok)
+	}
+	for uid, want := range map[string]int{"uid-1": http.StatusOK, "uid-2": http.StatusConflict} {
+		req, _ := http.NewRequestWithContext(testContext(t), http.MethodGet, s.srv.URL+FilesPath+"f", nil)
+		req.Header.Set(execdapi.SandboxUIDHeader, uid)
+		resp, err := httpClient(t, asAPIServer).Do(req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if code, _ := s.get(t, FilesPath+"f?token="+testToken); code != http.StatusUnauthorized {
-			t.Errorf("pool token in query: status %d, want 401", code)
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("files for sandbox %s: %d, want %d", uid, resp.StatusCode, want)
 		}
-	})
+	}
 }
 
 // TestClaimIdempotent: repeating a claim answers the same and starts nothing; another sandbox
-// or token gets 409 and changes nothing.
+// gets 409 and changes nothing.
 func TestClaimIdempotent(t *testing.T) {
 	s := startClaimServer(t)
 	starts := filepath.Join(t.TempDir(), "starts")
@@ -235,46 +206,41 @@ func TestClaimIdempotent(t *testing.T) {
 		t.Fatalf("first claim answered %+v", want)
 	}
 
-	other := func(mutate func(*claimapi.Request)) claimapi.Request {
+	other := func(mutate func(*execdapi.ClaimRequest)) execdapi.ClaimRequest {
 		cr := first
 		mutate(&cr)
 		return cr
 	}
 	tests := []struct {
 		name     string
-		bearer   string
-		claim    claimapi.Request
+		identity string
+		claim    execdapi.ClaimRequest
 		wantCode int
 		wantBody string
 	}{
-		{name: "same claim again", bearer: testToken, claim: first, wantCode: http.StatusOK},
-		{name: "same sandbox, different entrypoint and env", bearer: testToken, claim: other(func(cr *claimapi.Request) {
+		{name: "same claim again", identity: asController, claim: first, wantCode: http.StatusOK},
+		{name: "same sandbox, different entrypoint and env", identity: asController, claim: other(func(cr *execdapi.ClaimRequest) {
 			cr.Entrypoint = []string{"touch", starts + ".other"}
-			cr.Env = []claimapi.EnvVar{{Name: "X", Value: "y"}}
+			cr.Env = []execdapi.EnvVar{{Name: "X", Value: "y"}}
 		}), wantCode: http.StatusOK},
-		{name: "another sandbox", bearer: testToken, claim: other(func(cr *claimapi.Request) { cr.SandboxUID = "uid-2" }),
-			wantCode: http.StatusConflict, wantBody: "already claimed by sandbox team-a/box (uid uid-1)"},
-		{name: "same sandbox, another token", bearer: testToken, claim: other(func(cr *claimapi.Request) { cr.Token = "other-token" }),
-			wantCode: http.StatusConflict, wantBody: "another token"},
-		{name: "the sandbox token does not open claims", bearer: sandboxToken, claim: first, wantCode: http.StatusUnauthorized},
+		{name: "another sandbox", identity: asController, claim: other(func(cr *execdapi.ClaimRequest) { cr.SandboxUID = "uid-2" }),
+			wantCode: http.StatusConflict, wantBody: "belongs to sandbox team-a/box (uid uid-1)"},
+		{name: "sandbox-apiserver may not claim", identity: asAPIServer, claim: first, wantCode: http.StatusForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, body := s.post(t, tt.bearer, tt.claim)
+			code, body := s.post(t, tt.identity, tt.claim)
 			if code != tt.wantCode || !strings.Contains(body, tt.wantBody) {
 				t.Fatalf("status %d (%q), want %d containing %q", code, body, tt.wantCode, tt.wantBody)
 			}
-			if strings.Contains(body, sandboxToken) || strings.Contains(body, "other-token") {
-				t.Errorf("answer leaks a token: %q", body)
-			}
 			if code == http.StatusOK {
-				var got claimapi.Response
+				var got execdapi.ClaimResponse
 				if err := json.Unmarshal([]byte(body), &got); err != nil || got != want {
 					t.Errorf("answer %+v (%v), want the first one %+v", got, err, want)
 				}
 			}
-			if got := s.accepts(t); got != "exec:sandbox files:sandbox" {
-				t.Errorf("accepted: %q, want only the first claim's token", got)
+			if sb, _ := s.h.Claimed(); sb.UID != "uid-1" {
+				t.Errorf("execd belongs to %+v, want the first claim's sandbox", sb)
 			}
 		})
 	}
@@ -297,6 +263,19 @@ func TestClaimIdempotent(t *testing.T) {
 	}
 }
 
+// TestClaimOfADirectPod: a pod made for a sandbox belongs to it from the start; a claim for it
+// answers 200 and one for another sandbox 409.
+func TestClaimOfADirectPod(t *testing.T) {
+	srv, _ := startServer(t)
+	s := &claimServer{srv: srv}
+	if resp := s.mustClaim(t, execdapi.ClaimRequest{SandboxUID: testSandbox.UID, Namespace: testSandbox.Namespace, Name: testSandbox.Name}); resp.SandboxUID != testSandbox.UID {
+		t.Errorf("claim of its own sandbox answered %+v", resp)
+	}
+	if code, body := s.post(t, asController, newClaim("uid-2")); code != http.StatusConflict {
+		t.Errorf("claim for another sandbox: %d %q, want 409", code, body)
+	}
+}
+
 // TestClaimRefused: bad bodies and bad credentials are refused with a message, and leave
 // execd unclaimed.
 func TestClaimRefused(t *testing.T) {
@@ -304,62 +283,62 @@ func TestClaimRefused(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "started")
 	valid := newClaim("uid-1")
 	valid.Entrypoint = []string{"touch", marker}
-	with := func(mutate func(*claimapi.Request)) claimapi.Request {
+	with := func(mutate func(*execdapi.ClaimRequest)) execdapi.ClaimRequest {
 		cr := valid
-		cr.Env = []claimapi.EnvVar{{Name: "OK", Value: "v"}}
+		cr.Env = []execdapi.EnvVar{{Name: "OK", Value: "v"}}
 		mutate(&cr)
 		return cr
 	}
-	env := func(name, value string) func(*claimapi.Request) {
-		return func(cr *claimapi.Request) { cr.Env = append(cr.Env, claimapi.EnvVar{Name: name, Value: value}) }
+	env := func(name, value string) func(*execdapi.ClaimRequest) {
+		return func(cr *execdapi.ClaimRequest) { cr.Env = append(cr.Env, execdapi.EnvVar{Name: name, Value: value}) }
 	}
 	validJSON, _ := json.Marshal(valid)
+	c := asController
 
 	tests := []struct {
 		name     string
-		bearer   string
+		identity string
 		body     any
 		wantCode int
 		wantBody string
 	}{
-		{name: "no token", body: valid, wantCode: http.StatusUnauthorized},
-		{name: "wrong token", bearer: "wrong", body: valid, wantCode: http.StatusUnauthorized},
-		{name: "the sandbox's token", bearer: sandboxToken, body: valid, wantCode: http.StatusUnauthorized},
-		{name: "empty body", bearer: testToken, body: "", wantCode: http.StatusBadRequest, wantBody: "body is empty"},
-		{name: "not JSON", bearer: testToken, body: "sandboxUID=x", wantCode: http.StatusBadRequest, wantBody: "not a JSON claim"},
-		{name: "wrong JSON type", bearer: testToken, body: `{"sandboxUID": 5}`, wantCode: http.StatusBadRequest, wantBody: "not a JSON claim"},
-		{name: "two objects", bearer: testToken, body: string(validJSON) + string(validJSON), wantCode: http.StatusBadRequest, wantBody: "unexpected data"},
-		{name: "null", bearer: testToken, body: "null", wantCode: http.StatusBadRequest, wantBody: "sandboxUID is required"},
-		{name: "too large", bearer: testToken, body: `{"name": "` + strings.Repeat("x", MaxClaimBytes) + `"}`, wantCode: http.StatusRequestEntityTooLarge, wantBody: "exceeds"},
-		{name: "no sandbox UID", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.SandboxUID = "" }), wantCode: http.StatusBadRequest, wantBody: "sandboxUID is required"},
-		{name: "no namespace", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Namespace = "" }), wantCode: http.StatusBadRequest, wantBody: "namespace is required"},
-		{name: "no name", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Name = "" }), wantCode: http.StatusBadRequest, wantBody: "name is required"},
-		{name: "name with a newline", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Name = "a\nb" }), wantCode: http.StatusBadRequest, wantBody: "name contains whitespace"},
-		{name: "no token in the body", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Token = "" }), wantCode: http.StatusBadRequest, wantBody: "token is required"},
-		{name: "token with a space", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Token = "a b" }), wantCode: http.StatusBadRequest, wantBody: "token contains whitespace"},
-		{name: "token with a control character", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Token = "a\x01b" }), wantCode: http.StatusBadRequest, wantBody: "token contains whitespace or control"},
-		{name: "empty entrypoint command", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Entrypoint = []string{"", "x"} }), wantCode: http.StatusBadRequest, wantBody: "entrypoint[0]"},
-		{name: "NUL in an entrypoint argument", bearer: testToken, body: with(func(cr *claimapi.Request) { cr.Entrypoint = []string{"touch", "a\x00b"} }), wantCode: http.StatusBadRequest, wantBody: "entrypoint[1] contains a NUL"},
-		{name: "empty env name", bearer: testToken, body: with(env("", "v")), wantCode: http.StatusBadRequest, wantBody: "env[1]: the name is empty"},
-		{name: "env name with =", bearer: testToken, body: with(env("A=B", "v")), wantCode: http.StatusBadRequest, wantBody: "contains '='"},
-		{name: "env sets SANDBOX_NAME", bearer: testToken, body: with(env(claimapi.EnvSandboxName, "v")), wantCode: http.StatusBadRequest, wantBody: "SANDBOX_NAME is set by sandbox-execd"},
-		{name: "env sets SANDBOX_NAMESPACE", bearer: testToken, body: with(env(claimapi.EnvSandboxNamespace, "v")), wantCode: http.StatusBadRequest, wantBody: "SANDBOX_NAMESPACE is set by sandbox-execd"},
-		{name: "env sets the token variable", bearer: testToken, body: with(env(TokenEnv, "v")), wantCode: http.StatusBadRequest, wantBody: TokenEnv + " may not be set"},
-		{name: "NUL in an env value", bearer: testToken, body: with(env("SECRET", "hidden\x00value")), wantCode: http.StatusBadRequest, wantBody: `value of "SECRET" contains a NUL`},
-		{name: "every problem at once", bearer: testToken, body: claimapi.Request{Env: []claimapi.EnvVar{{}}}, wantCode: http.StatusBadRequest,
-			wantBody: "sandboxUID is required\nnamespace is required\nname is required\ntoken is required\nenv[0]: the name is empty"},
+		{name: "no certificate", identity: asNobody, body: valid, wantCode: 0},
+		{name: "certificate of another CA", identity: asStranger, body: valid, wantCode: 0},
+		{name: "sandbox-apiserver", identity: asAPIServer, body: valid, wantCode: http.StatusForbidden},
+		{name: "someone else of our CA", identity: asSomeone, body: valid, wantCode: http.StatusForbidden},
+		{name: "empty body", identity: c, body: "", wantCode: http.StatusBadRequest, wantBody: "body is empty"},
+		{name: "not JSON", identity: c, body: "sandboxUID=x", wantCode: http.StatusBadRequest, wantBody: "not a JSON claim"},
+		{name: "wrong JSON type", identity: c, body: `{"sandboxUID": 5}`, wantCode: http.StatusBadRequest, wantBody: "not a JSON claim"},
+		{name: "two objects", identity: c, body: string(validJSON) + string(validJSON), wantCode: http.StatusBadRequest, wantBody: "unexpected data"},
+		{name: "null", identity: c, body: "null", wantCode: http.StatusBadRequest, wantBody: "sandboxUID is required"},
+		{name: "too large", identity: c, body: `{"name": "` + strings.Repeat("x", MaxClaimBytes) + `"}`, wantCode: http.StatusRequestEntityTooLarge, wantBody: "exceeds"},
+		{name: "no sandbox UID", identity: c, body: with(func(cr *execdapi.ClaimRequest) { cr.SandboxUID = "" }), wantCode: http.StatusBadRequest, wantBody: "sandboxUID is required"},
+		{name: "no namespace", identity: c, body: with(func(cr *execdapi.ClaimRequest) { cr.Namespace = "" }), wantCode: http.StatusBadRequest, wantBody: "namespace is required"},
+		{name: "no name", identity: c, body: with(func(cr *execdapi.ClaimRequest) { cr.Name = "" }), wantCode: http.StatusBadRequest, wantBody: "name is required"},
+		{name: "name with a newline", identity: c, body: with(func(cr *execdapi.ClaimRequest) { cr.Name = "a\nb" }), wantCode: http.StatusBadRequest, wantBody: "name contains whitespace"},
+		{name: "empty entrypoint command", identity: c, body: with(func(cr *execdapi.ClaimRequest) { cr.Entrypoint = []string{"", "x"} }), wantCode: http.StatusBadRequest, wantBody: "entrypoint[0]"},
+		{name: "NUL in an entrypoint argument", identity: c, body: with(func(cr *execdapi.ClaimRequest) { cr.Entrypoint = []string{"touch", "a\x00b"} }), wantCode: http.StatusBadRequest, wantBody: "entrypoint[1] contains a NUL"},
+		{name: "empty env name", identity: c, body: with(env("", "v")), wantCode: http.StatusBadRequest, wantBody: "env[1]: the name is empty"},
+		{name: "env name with =", identity: c, body: with(env("A=B", "v")), wantCode: http.StatusBadRequest, wantBody: "contains '='"},
+		{name: "env sets SANDBOX_NAME", identity: c, body: with(env(execdapi.EnvSandboxName, "v")), wantCode: http.StatusBadRequest, wantBody: "SANDBOX_NAME may not be set: kube-sandbox sets it"},
+		{name: "env sets SANDBOX_NAMESPACE", identity: c, body: with(env(execdapi.EnvSandboxNamespace, "v")), wantCode: http.StatusBadRequest, wantBody: "SANDBOX_NAMESPACE may not be set"},
+		{name: "env sets SANDBOX_UID", identity: c, body: with(env(execdapi.EnvSandboxUID, "v")), wantCode: http.StatusBadRequest, wantBody: "SANDBOX_UID may not be set"},
+		{name: "env sets the client CA", identity: c, body: with(env(execdapi.EnvClientCA, "v")), wantCode: http.StatusBadRequest, wantBody: execdapi.EnvClientCA + " may not be set"},
+		{name: "NUL in an env value", identity: c, body: with(env("SECRET", "hidden\x00value")), wantCode: http.StatusBadRequest, wantBody: `value of "SECRET" contains a NUL`},
+		{name: "every problem at once", identity: c, body: execdapi.ClaimRequest{Env: []execdapi.EnvVar{{}}}, wantCode: http.StatusBadRequest,
+			wantBody: "sandboxUID is required\nnamespace is required\nname is required\nenv[0]: the name is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, body := s.post(t, tt.bearer, tt.body)
+			code, body := s.post(t, tt.identity, tt.body)
 			if code != tt.wantCode || !strings.Contains(body, tt.wantBody) {
 				t.Errorf("status %d (%q), want %d containing %q", code, body, tt.wantCode, tt.wantBody)
 			}
-			if strings.Contains(body, sandboxToken) || strings.Contains(body, "hidden") {
-				t.Errorf("answer leaks the token or an env value: %q", body)
+			if strings.Contains(body, "hidden") {
+				t.Errorf("answer leaks an env value: %q", body)
 			}
-			if got := s.accepts(t); got != "exec:pool files:pool" {
-				t.Errorf("accepted: %q, want execd still unclaimed", got)
+			if got := s.serves(t); got != "" {
+				t.Errorf("serves %q, want execd still unclaimed", got)
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Fatal("a refused claim started its entrypoint")
@@ -367,22 +346,28 @@ func TestClaimRefused(t *testing.T) {
 		})
 	}
 	t.Run("wrong method", func(t *testing.T) {
-		if code, _ := s.get(t, claimapi.Path); code != http.StatusMethodNotAllowed {
-			t.Errorf("GET status %d, want 405", code)
+		req, _ := http.NewRequestWithContext(testContext(t), http.MethodGet, s.srv.URL+execdapi.ClaimPath, nil)
+		resp, err := httpClient(t, asController).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("GET status %d, want 405", resp.StatusCode)
 		}
 	})
 	t.Run("a valid claim still succeeds", func(t *testing.T) {
 		s.mustClaim(t, valid)
-		if got := s.accepts(t); got != "exec:sandbox files:sandbox" {
-			t.Errorf("accepted: %q, want the sandbox token only", got)
+		if got := s.serves(t); got != "exec files" {
+			t.Errorf("serves %q, want exec and files", got)
 		}
 	})
 }
 
-// execEnv runs cmd with the sandbox token and extra exec query parameters.
+// execEnv runs cmd as sandbox-apiserver with extra exec query parameters.
 func execEnv(t *testing.T, baseURL string, cmd []string, params url.Values) string {
 	t.Helper()
-	u, err := ExecURL(baseURL, cmd, remotecommand.Options{Stdout: true, Stderr: true})
+	u, err := execURL(baseURL, cmd, remotecommand.Options{Stdout: true, Stderr: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +376,7 @@ func execEnv(t *testing.T, baseURL string, cmd []string, params url.Values) stri
 		q[k] = v
 	}
 	u.RawQuery = q.Encode()
-	exec, err := clientremotecommand.NewSPDYExecutor(&rest.Config{Host: baseURL, BearerToken: sandboxToken}, http.MethodPost, u)
+	exec, err := clientremotecommand.NewSPDYExecutor(restConfigFor(baseURL, asAPIServer), http.MethodPost, u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,17 +392,17 @@ func execEnv(t *testing.T, baseURL string, cmd []string, params url.Values) stri
 func TestClaimEnv(t *testing.T) {
 	s := startClaimServer(t)
 	cr := newClaim("uid-1")
-	cr.Env = []claimapi.EnvVar{{Name: "FOO", Value: "bar baz"}, {Name: "EMPTY", Value: ""}, {Name: "DUP", Value: "1"}, {Name: "DUP", Value: "2"}}
+	cr.Env = []execdapi.EnvVar{{Name: "FOO", Value: "bar baz"}, {Name: "EMPTY", Value: ""}, {Name: "DUP", Value: "1"}, {Name: "DUP", Value: "2"}}
 	s.mustClaim(t, cr)
-	script := []string{"sh", "-c", `echo "$FOO|$SANDBOX_NAME|$SANDBOX_NAMESPACE|${EMPTY-unset}|$DUP|${` + TokenEnv + `-unset}"`}
+	script := []string{"sh", "-c", `echo "$FOO|$SANDBOX_NAME|$SANDBOX_NAMESPACE|${EMPTY-unset}|$DUP"`}
 	tests := []struct {
 		name   string
 		params url.Values
 		want   string
 	}{
-		{name: "claim env", want: "bar baz|box|team-a||2|unset\n"},
-		{name: "exec env wins", params: url.Values{EnvParam: {"FOO=mine", "SANDBOX_NAME=other"}}, want: "mine|other|team-a||2|unset\n"},
-		{name: "tty-less exec with a working dir", params: url.Values{WorkingDirParam: {s.files}}, want: "bar baz|box|team-a||2|unset\n"},
+		{name: "claim env", want: "bar baz|box|team-a||2\n"},
+		{name: "exec env wins", params: url.Values{EnvParam: {"FOO=mine", "SANDBOX_NAME=other"}}, want: "mine|other|team-a||2\n"},
+		{name: "tty-less exec with a working dir", params: url.Values{WorkingDirParam: {s.files}}, want: "bar baz|box|team-a||2\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -427,7 +412,7 @@ func TestClaimEnv(t *testing.T) {
 		})
 	}
 	t.Run("tty exec", func(t *testing.T) {
-		res := execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"sh", "-c", "echo $FOO-$SANDBOX_NAME"}, token: sandboxToken, tty: true})
+		res := execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"sh", "-c", "echo $FOO-$SANDBOX_NAME"}, tty: true})
 		if res.err != nil || strings.TrimSpace(res.stdout) != "bar baz-box" {
 			t.Errorf("output %q (err %v), want %q", res.stdout, res.err, "bar baz-box")
 		}
@@ -452,20 +437,17 @@ func TestClaimEntrypoint(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "marker")
 	cr := newClaim("uid-1")
-	cr.Env = []claimapi.EnvVar{{Name: "FOO", Value: "bar"}}
+	cr.Env = []execdapi.EnvVar{{Name: "FOO", Value: "bar"}}
 	// cat returns at once only if stdin is /dev/null.
-	cr.Entrypoint = []string{"sh", "-c", `cat; echo "$FOO $SANDBOX_NAME $SANDBOX_NAMESPACE ${` + TokenEnv + `-unset} $(pwd)" > "$0.tmp" && mv "$0.tmp" "$0"; exit 3`, marker}
+	cr.Entrypoint = []string{"sh", "-c", `cat; echo "$FOO $SANDBOX_NAME $SANDBOX_NAMESPACE $(pwd)" > "$0.tmp" && mv "$0.tmp" "$0"; exit 3`, marker}
 	resp := s.mustClaim(t, cr)
-	if got, want := waitFile(t, marker), "bar box team-a unset "+mustGetwd(t)+"\n"; got != want {
+	if got, want := waitFile(t, marker), "bar box team-a "+mustGetwd(t)+"\n"; got != want {
 		t.Errorf("entrypoint wrote %q, want %q", got, want)
 	}
 	waitGone(t, resp.EntrypointPID)
 	time.Sleep(100 * time.Millisecond)
-	if got := s.accepts(t); got != "exec:sandbox files:sandbox" {
-		t.Errorf("after the entrypoint exited, accepted: %q", got)
-	}
-	if code, body := s.get(t, ReadyzPath); code != http.StatusOK || body != "ok" {
-		t.Errorf("readyz %d %q", code, body)
+	if got := s.serves(t); got != "exec files" {
+		t.Errorf("after the entrypoint exited, serves %q", got)
 	}
 }
 
@@ -490,12 +472,12 @@ func TestClaimEntrypointStartFailure(t *testing.T) {
 			s := startClaimServer(t)
 			cr := newClaim("uid-1")
 			cr.Entrypoint = tt.entrypoint
-			code, body := s.post(t, testToken, cr)
+			code, body := s.post(t, asController, cr)
 			if code != http.StatusUnprocessableEntity || !strings.Contains(body, "starting the entrypoint") || !strings.Contains(body, tt.wantBody) {
 				t.Errorf("status %d (%q), want 422 explaining %q", code, body, tt.wantBody)
 			}
-			if got := s.accepts(t); got != "exec:pool files:pool" {
-				t.Errorf("accepted: %q, want execd unclaimed", got)
+			if got := s.serves(t); got != "" {
+				t.Errorf("serves %q, want execd unclaimed", got)
 			}
 			// Fixed, the claim goes through.
 			cr.Entrypoint = []string{"true"}
@@ -563,41 +545,34 @@ func TestClaimedEntrypointStop(t *testing.T) {
 					t.Errorf("entrypoint wrote %q, want %q", data, tt.wantFile)
 				}
 			}
-			if code, body := s.post(t, testToken, cr); code != http.StatusServiceUnavailable {
+			if code, body := s.post(t, asController, cr); code != http.StatusServiceUnavailable {
 				t.Errorf("claim after the stop: status %d (%q), want 503", code, body)
 			}
 		})
 	}
 }
 
-// TestClaimEndsPoolSessions: an exec session opened with the pool's token does not outlive the
-// claim.
-func TestClaimEndsPoolSessions(t *testing.T) {
-	s := startClaimServer(t)
-	pid, done := startBackgroundSleep(testContext(t), t, s.srv.URL, false) // the pool's token
-	s.mustClaim(t, newClaim("uid-1"))
-	waitGone(t, pid)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the pool token's exec session did not end")
-	}
-}
-
 func TestClaimMetrics(t *testing.T) {
 	s := startClaimServer(t)
-	s.post(t, "wrong", newClaim("uid-1"))
-	s.post(t, testToken, "{")
+	s.post(t, asAPIServer, newClaim("uid-1"))
+	s.post(t, asController, "{")
 	s.mustClaim(t, newClaim("uid-1"))
 	s.mustClaim(t, newClaim("uid-1"))
-	s.post(t, testToken, newClaim("uid-2"))
-	_, body := s.get(t, MetricsPath)
+	s.post(t, asController, newClaim("uid-2"))
+	req, _ := http.NewRequestWithContext(testContext(t), http.MethodGet, s.srv.URL+MetricsPath, nil)
+	resp, err := httpClient(t, asController).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	body := string(data)
 	for _, want := range []string{
 		`sandbox_execd_claims_total{result="claimed"} 1`,
 		`sandbox_execd_claims_total{result="repeated"} 1`,
 		`sandbox_execd_claims_total{result="conflict"} 1`,
 		`sandbox_execd_claims_total{result="invalid"} 1`,
-		`sandbox_execd_claims_total{result="unauthorized"} 1`,
+		`sandbox_execd_requests_total{code="403",endpoint="claim"} 1`,
 		`sandbox_execd_claims_total{result="failed"} 0`,
 		`sandbox_execd_requests_total{code="200",endpoint="claim"} 2`,
 		`sandbox_execd_requests_total{code="409",endpoint="claim"} 1`,
@@ -613,23 +588,23 @@ func TestClaimMetrics(t *testing.T) {
 func TestServeClaim(t *testing.T) {
 	ctx, cancel := context.WithCancel(testContext(t))
 	defer cancel()
-	addr := freeAddr(t)
+	addr, health := freeAddr(t), freeAddr(t)
 	done := make(chan int, 1)
 	go func() {
-		code, err := Serve(ctx, ServeConfig{ListenAddr: addr, Token: testToken}, nil)
+		code, err := Serve(ctx, ServeConfig{ListenAddr: addr, HealthListenAddr: health, ClientCAs: testCA().pem}, nil)
 		if err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 		done <- code
 	}()
-	waitHealthy(t, addr)
-	s := &claimServer{srv: &httptest.Server{URL: "http://" + addr}}
+	waitHealthy(t, health)
+	s := &claimServer{srv: &httptest.Server{URL: "https://" + addr}}
 	file := filepath.Join(t.TempDir(), "file")
 	cr := newClaim("uid-1")
 	cr.Entrypoint = []string{"sh", "-c", `trap 'echo term > "$0"; exit 0' TERM; echo ready > "$0.ready"; while :; do sleep 0.05; done`, file}
 	resp := s.mustClaim(t, cr)
 	waitFile(t, file+".ready")
-	if res := execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"sh", "-c", "echo $SANDBOX_NAME"}, token: sandboxToken}); res.err != nil || res.stdout != "box\n" {
+	if res := execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"sh", "-c", "echo $SANDBOX_NAME"}}); res.err != nil || res.stdout != "box\n" {
 		t.Errorf("exec: %q (%v), want the sandbox's name", res.stdout, res.err)
 	}
 	cancel()
@@ -657,7 +632,7 @@ func TestServeClaimAsPID1(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-	s := &claimServer{srv: &httptest.Server{URL: "http://" + addr}}
+	s := &claimServer{srv: &httptest.Server{URL: "https://" + addr}}
 	cr := newClaim("uid-1")
 	cr.Entrypoint = []string{"sh", "-c", "sleep 0.1 & echo entrypoint of $SANDBOX_NAME; exit 6"}
 	resp := s.mustClaim(t, cr)
@@ -674,7 +649,7 @@ func TestServeClaimAsPID1(t *testing.T) {
 	// No zombies: the entrypoint's orphan was reaped.
 	list := []string{"sh", "-c", `for f in /proc/[0-9]*/stat; do cat "$f" 2>/dev/null; echo; done`}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		res := execVia(testContext(t), s.srv.URL, execRequest{cmd: list, token: sandboxToken})
+		res := execVia(testContext(t), s.srv.URL, execRequest{cmd: list})
 		if res.err != nil {
 			t.Fatalf("listing processes: %v", res.err)
 		}
@@ -691,7 +666,7 @@ func TestServeClaimAsPID1(t *testing.T) {
 		}
 	}
 	// From inside: unshare ignores SIGTERM.
-	_ = execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"kill", "-TERM", "1"}, token: sandboxToken})
+	_ = execVia(testContext(t), s.srv.URL, execRequest{cmd: []string{"kill", "-TERM", "1"}})
 	select {
 	case err := <-exited:
 		exited <- err // for the cleanup
@@ -704,7 +679,7 @@ func TestServeClaimAsPID1(t *testing.T) {
 }
 
 // startServeInPIDNamespace starts `sandbox-execd serve` (this test binary) as PID 1 of a new PID
-// namespace under `unshare --kill-child`, with testToken in its environment, and waits until it
+// namespace under `unshare --kill-child`, with the test CA as its client CA, and waits until it
 // answers on the returned address. It skips when PID namespaces are not available. exited
 // receives the result of cmd.Wait (a test may put it back for its cleanup).
 func startServeInPIDNamespace(t *testing.T) (cmd *exec.Cmd, addr string, output *lockedBuffer, exited chan error) {
@@ -720,9 +695,10 @@ func startServeInPIDNamespace(t *testing.T) (cmd *exec.Cmd, addr string, output 
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr = freeAddr(t)
-	cmd = exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--kill-child", self, "serve", "--listen", addr)
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", TokenEnv+"="+testToken)
+	addr, health := freeAddr(t), freeAddr(t)
+	cmd = exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--kill-child", self, "serve", "--listen", addr,
+		"--health-listen", health, "--state-dir", "")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", execdapi.EnvClientCA+"="+string(testCA().pem))
 	output = &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = output, output
 	cmd.WaitDelay = 5 * time.Second // in case something in the namespace keeps the output open
@@ -731,6 +707,6 @@ func startServeInPIDNamespace(t *testing.T) (cmd *exec.Cmd, addr string, output 
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	waitHealthy(t, addr)
+	waitHealthy(t, health)
 	return cmd, addr, output, done
 }

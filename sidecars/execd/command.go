@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // ExitError is an error that asks for a specific process exit code. Err, if
@@ -61,18 +61,18 @@ var forwardedSignals = []os.Signal{
 // NewCommand returns the sandbox-execd root command.
 func NewCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:   BinaryName,
+		Use:   execdapi.BinaryName,
 		Short: "Agent that runs a sandbox container's entrypoint and serves exec sessions into it",
 		Long: `sandbox-execd is injected into every sandbox pod.
 
 An init container runs "sandbox-execd install" to copy this binary into a
 volume shared with the user's container, whose command becomes
 
-  ` + InstallPath + ` serve -- <original entrypoint...>
+  ` + execdapi.BinaryPath + ` serve -- <original entrypoint...>
 
 serve then runs the user's program and serves exec sessions (kubelet's remote
-command protocol over SPDY or websockets) to the sandbox-apiserver on the pod
-IP.`,
+command protocol over SPDY or websockets), files and proxied HTTP to
+sandbox-apiserver on the pod IP, over mutual TLS.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// A container entrypoint needs no shell completion.
@@ -97,7 +97,7 @@ IP.`,
 }
 
 func newInstallCommand() *cobra.Command {
-	to := InstallPath
+	to := execdapi.BinaryPath
 	cmd := &cobra.Command{
 		Use:   "install [--to PATH]",
 		Short: "Copy this binary to PATH (run by the init container)",
@@ -124,58 +124,63 @@ volume shared with the user's container.`,
 }
 
 func newServeCommand() *cobra.Command {
-	listen := DefaultListenAddr
-	tokenEnv := TokenEnv
+	listen := fmt.Sprintf(":%d", execdapi.Port)
+	healthListen := fmt.Sprintf(":%d", execdapi.HealthPort)
+	clientCAEnv := execdapi.EnvClientCA
+	stateDir := execdapi.StateDir
+	tokenFile := execdapi.IdentityTokenPath
 	idleTimeout := DefaultStreamIdleTimeout
 	filesRoot := "/"
 	maxUpload := int64(DefaultMaxUploadBytes)
 	cmd := &cobra.Command{
 		Use:   "serve [flags] [-- ENTRYPOINT [ARG...]]",
 		Short: "Run ENTRYPOINT and serve exec sessions until it exits",
-		Long: `serve serves exec sessions at ` + ExecPath + ` on --listen (plain HTTP/1.1, the
-SPDY and websocket remote command protocols kubelet speaks) and unauthenticated
-probes at ` + HealthzPath + ` and ` + ReadyzPath + `, and Prometheus metrics at ` + MetricsPath + `.
+		Long: `serve serves, on --listen, over TLS with client certificates only:
+exec sessions at ` + execdapi.ExecPath + ` (the SPDY and websocket remote command protocols kubelet
+speaks), the files API at ` + FilesPath + `PATH, HTTP and WebSocket to local servers at
+` + execdapi.ProxyPath + `PORT/PATH, the pod's identity at ` + execdapi.IdentityPath + `, claims at
+` + execdapi.ClaimPath + ` and Prometheus metrics at ` + MetricsPath + `; and kubelet probes at
+` + execdapi.HealthzPath + ` and ` + execdapi.ReadyzPath + ` on --health-listen, in plain HTTP.
 
-The files API at ` + FilesPath + `PATH reads (GET), writes (PUT), deletes (DELETE)
-and moves (POST ?moveTo=) files under --files-root; uploads are atomic and
-capped by --max-upload-bytes.
+Every client must present a certificate issued by the CAs in the environment variable
+named by --client-ca-env (the kube-sandbox CA): serve refuses to start without them.
+sandbox-apiserver may use exec, files and proxy; sandbox-controller may certify execd and
+claim it. serve makes its TLS key at first start and keeps it in --state-dir; until the
+controller certifies it for this pod (` + execdapi.IdentityPath + `, with the pod's projected
+token from --identity-token-file as proof), it serves a self-signed certificate.
 
-Every exec and files request must carry "Authorization: Bearer <token>", where the token
-is read from the environment variable named by --token-env. serve refuses to
-start without a token, and removes the variable from its environment before
-starting anything, so neither the entrypoint nor exec'd commands see it. It
-then re-executes itself once (same PID and arguments) without the variable,
-passing the token in an inherited memfd, so that /proc/PID/environ does not
-show it either.
+A pod made for a sandbox names it in $` + execdapi.EnvSandboxUID + `, $` + execdapi.EnvSandboxNamespace + ` and
+$` + execdapi.EnvSandboxName + `; exec, files and proxy serve that sandbox. A warm pool pod has
+none: a claim (POST ` + execdapi.ClaimPath + `) gives it to a sandbox, after which every exec gets
+the sandbox's env and the sandbox's entrypoint, if any, starts in the background (its exit does
+not end serve; on shutdown its process group gets SIGTERM, then SIGKILL after a grace period).
 
-A warm pool pod runs serve with the pool's token. POST ` + claimapi.Path + ` with that
-token claims execd for a sandbox: from then on exec and files accept only the
-sandbox's token, every exec gets the sandbox's env, and the sandbox's
-entrypoint, if any, starts in the background (its exit does not end serve; on
-shutdown its process group gets SIGTERM, then SIGKILL after a grace period).
+The files API reads (GET), writes (PUT), deletes (DELETE) and moves (POST ?moveTo=) files
+under --files-root; uploads are atomic and capped by --max-upload-bytes.
 
-With an ENTRYPOINT, serve runs it as a child with serve's stdio, forwards
-SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to it, and exits with
-its exit code (128+N if signal N killed it) when it exits. Without one, serve
-runs until SIGTERM or SIGINT and exits 0.
+With an ENTRYPOINT, serve runs it as a child with serve's stdio, forwards SIGTERM, SIGINT,
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to it, and exits with its exit code (128+N if signal N
+killed it) when it exits. Without one, serve runs until SIGTERM or SIGINT and exits 0.
 
 When it runs as PID 1, serve also reaps orphaned processes.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if tokenEnv == "" {
-				return &ExitError{Code: 2, Err: errors.New("--token-env must name an environment variable")}
+			if clientCAEnv == "" {
+				return &ExitError{Code: 2, Err: errors.New("--client-ca-env must name an environment variable")}
 			}
-			token, err := serveToken(cmd, tokenEnv)
-			if err != nil {
-				return &ExitError{Code: 1, Err: err}
+			clientCAs := os.Getenv(clientCAEnv)
+			// Public, but nothing execd starts needs it.
+			_ = os.Unsetenv(clientCAEnv)
+			if clientCAs == "" {
+				return &ExitError{Code: 1, Err: fmt.Errorf("no client CA: set $%s to the kube-sandbox CA's certificates; sandbox-execd serves nobody without them", clientCAEnv)}
 			}
-			if token == "" {
-				// Validate would refuse it too, but only here is the
-				// variable's name known.
-				return &ExitError{Code: 1, Err: fmt.Errorf("exec token is empty: set $%s; execd does not serve exec sessions without authentication", tokenEnv)}
+			var sandbox *Sandbox
+			if uid := os.Getenv(execdapi.EnvSandboxUID); uid != "" {
+				sandbox = &Sandbox{UID: uid, Namespace: os.Getenv(execdapi.EnvSandboxNamespace), Name: os.Getenv(execdapi.EnvSandboxName)}
 			}
-			cfg := ServeConfig{ListenAddr: listen, Token: token, Entrypoint: args, StreamIdleTimeout: idleTimeout,
-				FilesRoot: filesRoot, MaxUploadBytes: maxUpload}
+			cfg := ServeConfig{ListenAddr: listen, HealthListenAddr: healthListen, ClientCAs: []byte(clientCAs),
+				StateDir: stateDir, IdentityTokenFile: tokenFile, Sandbox: sandbox, Entrypoint: args,
+				StreamIdleTimeout: idleTimeout, FilesRoot: filesRoot, MaxUploadBytes: maxUpload}
 
 			var signals chan os.Signal
 			if len(args) > 0 {
@@ -196,42 +201,13 @@ When it runs as PID 1, serve also reaps orphaned processes.`,
 	// Everything after the first argument belongs to the entrypoint, so
 	// "serve nginx -g 'daemon off;'" works as well as "serve -- nginx ...".
 	cmd.Flags().SetInterspersed(false)
-	cmd.Flags().StringVar(&listen, "listen", listen, "Address (host:port) to serve exec sessions and probes on.")
-	cmd.Flags().StringVar(&tokenEnv, "token-env", tokenEnv, "Environment variable holding the bearer token exec requests must present.")
+	cmd.Flags().StringVar(&listen, "listen", listen, "Address (host:port) of the TLS port: exec, files, proxy, identity, claims, metrics.")
+	cmd.Flags().StringVar(&healthListen, "health-listen", healthListen, "Address (host:port) of the plain-HTTP probe endpoints; empty serves none.")
+	cmd.Flags().StringVar(&clientCAEnv, "client-ca-env", clientCAEnv, "Environment variable holding the PEM certificates of the CAs whose client certificates are accepted.")
+	cmd.Flags().StringVar(&stateDir, "state-dir", stateDir, "Directory that keeps the TLS key and certificate across container restarts; empty keeps them in memory.")
+	cmd.Flags().StringVar(&tokenFile, "identity-token-file", tokenFile, "The pod's projected service account token, which proves its identity to sandbox-controller.")
 	cmd.Flags().DurationVar(&idleTimeout, "stream-idle-timeout", idleTimeout, "Close exec connections without traffic for this long (0: never).")
 	cmd.Flags().StringVar(&filesRoot, "files-root", filesRoot, "Directory the files API ("+FilesPath+") serves; no path may leave it. Empty disables the files API.")
 	cmd.Flags().Int64Var(&maxUpload, "max-upload-bytes", maxUpload, "Largest file upload accepted, in bytes (0: no limit).")
 	return cmd
-}
-
-// serveToken returns serve's token and makes sure nothing execd starts can read it from its
-// environment. On a first start it takes the token from $tokenEnv, removes the variable and,
-// when it can, re-executes the process so that /proc/PID/environ loses the token too (see
-// reexecWithTokenFD); that call does not return when it succeeds. After the re-exec the token
-// comes from the descriptor named by $SANDBOX_EXECD_TOKEN_FD.
-func serveToken(cmd *cobra.Command, tokenEnv string) (string, error) {
-	// Before anything is started, and whether or not the token is valid: nothing execd
-	// runs may inherit these.
-	fdVar, fromFD := os.LookupEnv(tokenFDEnv)
-	token := os.Getenv(tokenEnv)
-	for _, name := range []string{tokenEnv, tokenFDEnv} {
-		if err := os.Unsetenv(name); err != nil {
-			return "", fmt.Errorf("removing %s from the environment: %w", name, err)
-		}
-	}
-	if fromFD {
-		return readTokenFD(fdVar)
-	}
-	if token == "" || cmd.Context().Err() != nil {
-		// Nothing to hide (the caller explains), or already told to stop.
-		return token, nil
-	}
-	if ok, why := canReexec(cmd); !ok {
-		klog.InfoS("Not re-executing to drop the token from /proc/self/environ", "reason", why)
-		return token, nil
-	}
-	err := reexecWithTokenFD(token)
-	// Still here: the pod keeps working, only less protected.
-	klog.ErrorS(err, "Could not re-execute to drop the token from /proc/self/environ; continuing")
-	return token, nil
 }

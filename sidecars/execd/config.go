@@ -19,10 +19,20 @@ const DefaultStreamIdleTimeout = 4 * time.Hour
 
 // ServeConfig is the validated configuration of the serve command.
 type ServeConfig struct {
-	// ListenAddr is the host:port the HTTP server listens on.
+	// ListenAddr is the host:port of execd's TLS port.
 	ListenAddr string
-	// Token is the bearer token exec requests must present.
-	Token string
+	// HealthListenAddr is the host:port of the plain-HTTP probe endpoints; "" serves none.
+	HealthListenAddr string
+	// ClientCAs is the PEM of the CAs whose client certificates execd accepts (the
+	// kube-sandbox CA). Required: execd serves nobody without it.
+	ClientCAs []byte
+	// StateDir keeps execd's key and certificate across container restarts; "" keeps them
+	// in memory only.
+	StateDir string
+	// IdentityTokenFile is the projected token that proves the pod's identity.
+	IdentityTokenFile string
+	// Sandbox, when set, is the sandbox of a pod made for it; nil for a pool pod.
+	Sandbox *Sandbox
 	// Entrypoint, if set, is the user's program, run as execd's child.
 	Entrypoint []string
 	// StreamIdleTimeout closes exec connections idle this long; 0 disables.
@@ -40,15 +50,21 @@ func (c ServeConfig) Validate() error {
 	if err := validateListenAddr(c.ListenAddr); err != nil {
 		errs = append(errs, fmt.Errorf("listen address %q: %w", c.ListenAddr, err))
 	}
-	switch {
-	case c.Token == "":
-		// No default token: an empty one would let anyone with network
-		// access to the pod run commands in it.
-		errs = append(errs, errors.New("exec token is empty: set it in the token environment variable"))
-	case strings.ContainsFunc(c.Token, invalidTokenRune):
-		// HTTP strips surrounding whitespace from header values, so such a
-		// token could never match; fail here instead of rejecting every exec.
-		errs = append(errs, errors.New("exec token contains whitespace or control characters"))
+	if c.HealthListenAddr != "" {
+		if err := validateListenAddr(c.HealthListenAddr); err != nil {
+			errs = append(errs, fmt.Errorf("health listen address %q: %w", c.HealthListenAddr, err))
+		}
+	}
+	if _, err := ParseClientCAs(c.ClientCAs); err != nil {
+		// No default: without a client CA anyone who reaches the pod could run commands in it.
+		errs = append(errs, fmt.Errorf("client CA: %w", err))
+	}
+	if s := c.Sandbox; s != nil {
+		for _, f := range []struct{ name, value string }{{"uid", s.UID}, {"namespace", s.Namespace}, {"name", s.Name}} {
+			if f.value == "" || strings.ContainsFunc(f.value, invalidNameRune) {
+				errs = append(errs, fmt.Errorf("sandbox %s %q is empty or contains whitespace or control characters", f.name, f.value))
+			}
+		}
 	}
 	if len(c.Entrypoint) > 0 && c.Entrypoint[0] == "" {
 		errs = append(errs, errors.New("entrypoint command is empty"))
@@ -59,6 +75,9 @@ func (c ServeConfig) Validate() error {
 	if c.FilesRoot != "" && !filepath.IsAbs(c.FilesRoot) {
 		// Relative to what? execd's working directory is the entrypoint's.
 		errs = append(errs, fmt.Errorf("files root %q is not an absolute path", c.FilesRoot))
+	}
+	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
+		errs = append(errs, fmt.Errorf("state directory %q is not an absolute path", c.StateDir))
 	}
 	if c.MaxUploadBytes < 0 {
 		errs = append(errs, fmt.Errorf("max upload bytes %d is negative", c.MaxUploadBytes))
@@ -83,8 +102,8 @@ func validateListenAddr(addr string) error {
 	return nil
 }
 
-// invalidTokenRune reports the runes a token may not contain: HTTP strips whitespace around
-// header values, so a token with them could never be presented.
-func invalidTokenRune(r rune) bool {
+// invalidNameRune reports the runes a sandbox's UID, namespace or name may not contain: they end
+// up in env values and logs.
+func invalidNameRune(r rune) bool {
 	return unicode.IsSpace(r) || unicode.IsControl(r)
 }

@@ -21,34 +21,31 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
 	clientremotecommand "k8s.io/client-go/tools/remotecommand"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
-const testToken = "s3cret-token"
-
-// startServer serves a Handler the way tests' clients reach execd.
+// startServer serves a Handler of a pod made for testSandbox the way tests' clients reach execd.
 func startServer(t *testing.T) (*httptest.Server, *Handler) {
 	t.Helper()
-	h, err := NewHandler(HandlerConfig{Token: testToken, Executor: NewExecutor(nil), StreamIdleTimeout: time.Minute})
+	h, err := NewHandler(HandlerConfig{Executor: NewExecutor(nil), StreamIdleTimeout: time.Minute, Sandbox: testSandbox}, newTestIdentity(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() {
-		h.StopSessions()
-		srv.Close()
-	})
+	srv := serveTLS(t, h, h.identity)
+	t.Cleanup(h.StopSessions)
 	return srv, h
 }
 
 type execRequest struct {
-	cmd   []string
-	token string
-	stdin io.Reader
-	tty   bool
+	cmd []string
+	// identity of the client certificate; "": the apiserver's.
+	identity string
+	stdin    io.Reader
+	tty      bool
 	// stdout defaults to a buffer returned as execResult.stdout.
 	stdout io.Writer
 	sizes  clientremotecommand.TerminalSizeQueue
@@ -65,11 +62,15 @@ type execResult struct {
 // apiserver and kubectl use. It may run outside the test goroutine, so it
 // reports setup failures as the result's error rather than failing t.
 func execVia(ctx context.Context, baseURL string, r execRequest) execResult {
-	u, err := ExecURL(baseURL, r.cmd, remotecommand.Options{Stdin: r.stdin != nil, Stdout: true, Stderr: !r.tty, TTY: r.tty})
+	u, err := execURL(baseURL, r.cmd, remotecommand.Options{Stdin: r.stdin != nil, Stdout: true, Stderr: !r.tty, TTY: r.tty})
 	if err != nil {
 		return execResult{err: err}
 	}
-	config := &rest.Config{Host: baseURL, BearerToken: r.token}
+	identity := r.identity
+	if identity == "" {
+		identity = asAPIServer
+	}
+	config := restConfigFor(baseURL, identity)
 	var exec clientremotecommand.Executor
 	if r.websocket {
 		// v4: like kubelet, execd's websocket server predates v5.
@@ -190,7 +191,7 @@ func TestExec(t *testing.T) {
 	for _, transport := range []string{"spdy", "websocket"} {
 		for _, tt := range tests {
 			t.Run(transport+"/"+tt.name, func(t *testing.T) {
-				res := execVia(testContext(t), srv.URL, execRequest{cmd: tt.cmd, token: testToken, websocket: transport == "websocket"})
+				res := execVia(testContext(t), srv.URL, execRequest{cmd: tt.cmd, websocket: transport == "websocket"})
 				if got := exitCode(res.err); got != tt.wantExitCode {
 					t.Errorf("exit code = %d (err %v), want %d", got, res.err, tt.wantExitCode)
 				}
@@ -234,7 +235,7 @@ func TestExecStdin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := execVia(testContext(t), srv.URL, execRequest{cmd: tt.cmd, token: testToken, stdin: bytes.NewReader(tt.input)})
+			res := execVia(testContext(t), srv.URL, execRequest{cmd: tt.cmd, stdin: bytes.NewReader(tt.input)})
 			if res.err != nil {
 				t.Fatalf("exec: %v (stderr %q)", res.err, res.stderr)
 			}
@@ -305,7 +306,7 @@ func TestExecTTY(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := execVia(testContext(t), srv.URL, execRequest{cmd: tt.cmd, token: testToken, tty: true, stdin: tt.stdin, sizes: tt.sizes})
+			res := execVia(testContext(t), srv.URL, execRequest{cmd: tt.cmd, tty: true, stdin: tt.stdin, sizes: tt.sizes})
 			if got := exitCode(res.err); got != tt.wantExit {
 				t.Fatalf("exit code = %d (err %v), want %d; output %q", got, res.err, tt.wantExit, res.stdout)
 			}
@@ -316,53 +317,51 @@ func TestExecTTY(t *testing.T) {
 	}
 }
 
+// TestExecAuthentication: only sandbox-apiserver's certificate opens exec; without a
+// certificate of the kube-sandbox CA the TLS handshake itself fails.
 func TestExecAuthentication(t *testing.T) {
 	srv, _ := startServer(t)
 	tests := []struct {
-		name    string
-		header  string // Authorization header for the raw request
-		token   string // bearer token for the SPDY client
-		wantRan bool
+		name     string
+		identity string
+		// wantHandshake: the TLS handshake succeeds (then the handler decides).
+		wantHandshake bool
+		wantRan       bool
 	}{
-		{name: "missing token", header: "", token: ""},
-		{name: "wrong token", header: "Bearer nope", token: "nope"},
-		{name: "token prefix", header: "Bearer " + testToken[:4], token: testToken[:4]},
-		{name: "wrong scheme", header: "Basic " + testToken},
+		{name: "no certificate", identity: asNobody},
+		{name: "certificate of another CA", identity: asStranger},
+		{name: "the controller may not exec", identity: asController, wantHandshake: true},
+		{name: "an unknown identity of our CA", identity: asSomeone, wantHandshake: true},
 		// The control proves the marker check can fail.
-		{name: "right token runs", header: "Bearer " + testToken, token: testToken, wantRan: true},
+		{name: "sandbox-apiserver runs", identity: asAPIServer, wantHandshake: true, wantRan: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			marker := filepath.Join(t.TempDir(), "ran")
 			cmd := []string{"touch", marker}
-			u, err := ExecURL(srv.URL, cmd, remotecommand.Options{Stdout: true})
+			u, err := execURL(srv.URL, cmd, remotecommand.Options{Stdout: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-
 			req, err := http.NewRequestWithContext(testContext(t), http.MethodPost, u.String(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tt.header != "" {
-				req.Header.Set("Authorization", tt.header)
+			resp, err := httpClient(t, tt.identity).Do(req)
+			if (err == nil) != tt.wantHandshake {
+				t.Fatalf("plain request: err %v, want a handshake: %v", err, tt.wantHandshake)
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = resp.Body.Close()
-			// With the right token the plain request fails the upgrade
-			// handshake instead (400): it is not an upgrade request.
-			if wantUnauthorized := !tt.wantRan; (resp.StatusCode == http.StatusUnauthorized) != wantUnauthorized {
-				t.Errorf("plain request status = %d, want 401: %v", resp.StatusCode, wantUnauthorized)
-			}
-
-			if tt.token != "" || tt.wantRan {
-				res := execVia(testContext(t), srv.URL, execRequest{cmd: cmd, token: tt.token})
-				if (res.err == nil) != tt.wantRan {
-					t.Errorf("exec err = %v, want success: %v", res.err, tt.wantRan)
+			if err == nil {
+				_ = resp.Body.Close()
+				// sandbox-apiserver's plain request fails the upgrade handshake instead (400):
+				// it is not an upgrade request.
+				if wantForbidden := !tt.wantRan; (resp.StatusCode == http.StatusForbidden) != wantForbidden {
+					t.Errorf("plain request status = %d, want 403: %v", resp.StatusCode, wantForbidden)
 				}
+			}
+			res := execVia(testContext(t), srv.URL, execRequest{cmd: cmd, identity: tt.identity})
+			if (res.err == nil) != tt.wantRan {
+				t.Errorf("exec err = %v, want success: %v", res.err, tt.wantRan)
 			}
 			_, err = os.Stat(marker)
 			if ran := err == nil; ran != tt.wantRan {
@@ -372,28 +371,43 @@ func TestExecAuthentication(t *testing.T) {
 	}
 }
 
-// TestExecTokenInQuery: the apiserver's WebSocket translation passes the token as a query
-// parameter; the same rules hold there.
-func TestExecTokenInQuery(t *testing.T) {
-	srv, _ := startServer(t)
-	for _, tt := range []struct {
+// TestExecNeedsItsSandbox: an execd that belongs to no sandbox (an idle pool pod) runs
+// nothing, and a request meant for another sandbox is refused.
+func TestExecNeedsItsSandbox(t *testing.T) {
+	h, err := NewHandler(HandlerConfig{Executor: NewExecutor(nil)}, newTestIdentity(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := serveTLS(t, h, h.identity)
+	owned, _ := startServer(t)
+	tests := []struct {
 		name    string
-		token   string
+		url     string
+		header  string
 		wantRan bool
 	}{
-		{name: "wrong token", token: "nope"},
-		{name: "right token", token: testToken, wantRan: true},
-	} {
+		{name: "pool pod not claimed yet", url: idle.URL},
+		{name: "meant for another sandbox", url: owned.URL, header: "another-uid"},
+		{name: "meant for its sandbox", url: owned.URL, header: testSandbox.UID, wantRan: true},
+		{name: "no sandbox named", url: owned.URL, wantRan: true},
+	}
+	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			marker := filepath.Join(t.TempDir(), "ran")
-			u, err := ExecURL(srv.URL, []string{"touch", marker}, remotecommand.Options{Stdout: true})
+			u, err := execURL(tt.url, []string{"touch", marker}, remotecommand.Options{Stdout: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			q := u.Query()
-			q.Set(TokenParam, tt.token)
-			u.RawQuery = q.Encode()
-			exec, err := clientremotecommand.NewSPDYExecutor(&rest.Config{Host: srv.URL}, http.MethodPost, u)
+			cfg := restConfigFor(tt.url, asAPIServer)
+			if tt.header != "" {
+				cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+					return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+						req.Header.Set(execdapi.SandboxUIDHeader, tt.header)
+						return rt.RoundTrip(req)
+					})
+				}
+			}
+			exec, err := clientremotecommand.NewSPDYExecutor(cfg, http.MethodPost, u)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -408,25 +422,36 @@ func TestExecTokenInQuery(t *testing.T) {
 	}
 }
 
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
 func TestHTTPEndpoints(t *testing.T) {
 	srv, _ := startServer(t)
 	tests := []struct {
 		name       string
 		method     string
 		path       string
-		auth       bool
+		identity   string
 		wantStatus int
 		wantBody   string
 	}{
-		{name: "healthz needs no token", method: http.MethodGet, path: HealthzPath, wantStatus: http.StatusOK, wantBody: "ok"},
-		{name: "readyz needs no token", method: http.MethodGet, path: ReadyzPath, wantStatus: http.StatusOK, wantBody: "ok"},
-		{name: "exec GET needs a token", method: http.MethodGet, path: ExecPath + "?command=true&output=1", wantStatus: http.StatusUnauthorized},
-		{name: "exec without command", method: http.MethodPost, path: ExecPath + "?output=1", auth: true, wantStatus: http.StatusBadRequest},
-		{name: "exec with empty command", method: http.MethodPost, path: ExecPath + "?command=&output=1", auth: true, wantStatus: http.StatusBadRequest},
-		{name: "exec without streams", method: http.MethodPost, path: ExecPath + "?command=true", auth: true, wantStatus: http.StatusBadRequest},
-		{name: "metrics need no token", method: http.MethodGet, path: MetricsPath, wantStatus: http.StatusOK},
-		{name: "files need a token", method: http.MethodGet, path: FilesPath, wantStatus: http.StatusUnauthorized},
-		{name: "exec wrong method", method: http.MethodPut, path: ExecPath + "?command=true&output=1", auth: true, wantStatus: http.StatusMethodNotAllowed},
+		{name: "exec GET needs sandbox-apiserver", method: http.MethodGet, path: execdapi.ExecPath + "?command=true&output=1", identity: asController, wantStatus: http.StatusForbidden},
+		{name: "exec without command", method: http.MethodPost, path: execdapi.ExecPath + "?output=1", wantStatus: http.StatusBadRequest},
+		{name: "exec with empty command", method: http.MethodPost, path: execdapi.ExecPath + "?command=&output=1", wantStatus: http.StatusBadRequest},
+		{name: "exec without streams", method: http.MethodPost, path: execdapi.ExecPath + "?command=true", wantStatus: http.StatusBadRequest},
+		{name: "metrics for sandbox-apiserver", method: http.MethodGet, path: MetricsPath, wantStatus: http.StatusOK},
+		{name: "metrics for the controller", method: http.MethodGet, path: MetricsPath, identity: asController, wantStatus: http.StatusOK},
+		{name: "metrics for nobody else", method: http.MethodGet, path: MetricsPath, identity: asSomeone, wantStatus: http.StatusForbidden},
+		{name: "files need sandbox-apiserver", method: http.MethodGet, path: FilesPath, identity: asController, wantStatus: http.StatusForbidden},
+		{name: "claims need the controller", method: http.MethodPost, path: execdapi.ClaimPath, wantStatus: http.StatusForbidden},
+		{name: "identity needs the controller", method: http.MethodGet, path: execdapi.IdentityPath, wantStatus: http.StatusForbidden},
+		{name: "certificates need the controller", method: http.MethodPut, path: execdapi.IdentityPath, wantStatus: http.StatusForbidden},
+		{name: "proxy needs sandbox-apiserver", method: http.MethodGet, path: execdapi.ProxyPath + "8080/", identity: asController, wantStatus: http.StatusForbidden},
+		{name: "proxy to execd's own port", method: http.MethodGet, path: execdapi.ProxyPath + "44771/", wantStatus: http.StatusBadRequest},
+		{name: "proxy without a port", method: http.MethodGet, path: execdapi.ProxyPath + "x/", wantStatus: http.StatusBadRequest},
+		{name: "probes are not on the TLS port", method: http.MethodGet, path: execdapi.HealthzPath, wantStatus: http.StatusNotFound},
+		{name: "exec wrong method", method: http.MethodPut, path: execdapi.ExecPath + "?command=true&output=1", wantStatus: http.StatusMethodNotAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -434,10 +459,11 @@ func TestHTTPEndpoints(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tt.auth {
-				req.Header.Set("Authorization", "Bearer "+testToken)
+			identity := tt.identity
+			if identity == "" {
+				identity = asAPIServer
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := httpClient(t, identity).Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -450,6 +476,25 @@ func TestHTTPEndpoints(t *testing.T) {
 				t.Errorf("body = %q, want %q", body, tt.wantBody)
 			}
 		})
+	}
+}
+
+func TestHealthHandler(t *testing.T) {
+	srv := httptest.NewServer(HealthHandler())
+	t.Cleanup(srv.Close)
+	for path, want := range map[string]int{
+		execdapi.HealthzPath: http.StatusOK, execdapi.ReadyzPath: http.StatusOK,
+		execdapi.ExecPath: http.StatusNotFound, FilesPath: http.StatusNotFound, MetricsPath: http.StatusNotFound,
+	} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != want || want == http.StatusOK && string(body) != "ok" {
+			t.Errorf("GET %s on the health port = %d %q, want %d", path, resp.StatusCode, body, want)
+		}
 	}
 }
 
@@ -471,7 +516,7 @@ func startBackgroundSleep(ctx context.Context, t *testing.T, baseURL string, web
 	pr, pw := io.Pipe()
 	done := make(chan execResult, 1)
 	go func() {
-		res := execVia(ctx, baseURL, execRequest{cmd: []string{"sh", "-c", "sleep 1000 & echo $!; wait"}, token: testToken, stdout: pw, websocket: websocket})
+		res := execVia(ctx, baseURL, execRequest{cmd: []string{"sh", "-c", "sleep 1000 & echo $!; wait"}, stdout: pw, websocket: websocket})
 		_ = pw.CloseWithError(io.EOF)
 		done <- res
 	}()
@@ -553,7 +598,7 @@ func TestInstallCommand(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dst := filepath.Join(t.TempDir(), "a", "b", BinaryName)
+			dst := filepath.Join(t.TempDir(), "a", "b", execdapi.BinaryName)
 			if tt.existing {
 				if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 					t.Fatal(err)
@@ -583,14 +628,14 @@ func TestInstallCommand(t *testing.T) {
 			}
 			entries, _ := os.ReadDir(filepath.Dir(dst))
 			if len(entries) != 1 {
-				t.Errorf("install left %d files behind, want only %s", len(entries), BinaryName)
+				t.Errorf("install left %d files behind, want only %s", len(entries), execdapi.BinaryName)
 			}
 		})
 	}
 }
 
 func TestServeConfigValidate(t *testing.T) {
-	valid := ServeConfig{ListenAddr: DefaultListenAddr, Token: "t", StreamIdleTimeout: time.Hour}
+	valid := ServeConfig{ListenAddr: ":44771", ClientCAs: testCA().pem, StreamIdleTimeout: time.Hour}
 	tests := []struct {
 		name    string
 		mutate  func(*ServeConfig)
@@ -601,15 +646,19 @@ func TestServeConfigValidate(t *testing.T) {
 			c.ListenAddr, c.Entrypoint = "localhost:80", []string{"nginx"}
 		}},
 		{name: "valid IPv6", mutate: func(c *ServeConfig) { c.ListenAddr = "[::1]:44771" }},
-		{name: "empty token refused", mutate: func(c *ServeConfig) { c.Token = "" }, wantErr: "token is empty"},
-		{name: "token with whitespace", mutate: func(c *ServeConfig) { c.Token = "abc\n" }, wantErr: "whitespace"},
+		{name: "valid sandbox", mutate: func(c *ServeConfig) { c.Sandbox = testSandbox }},
+		{name: "no client CA refused", mutate: func(c *ServeConfig) { c.ClientCAs = nil }, wantErr: "client CA"},
+		{name: "client CA not PEM", mutate: func(c *ServeConfig) { c.ClientCAs = []byte("nope") }, wantErr: "no CA certificate"},
+		{name: "sandbox without a name", mutate: func(c *ServeConfig) { c.Sandbox = &Sandbox{UID: "u", Namespace: "ns"} }, wantErr: "sandbox name"},
 		{name: "listen address without port", mutate: func(c *ServeConfig) { c.ListenAddr = "localhost" }, wantErr: "listen address"},
+		{name: "health address without port", mutate: func(c *ServeConfig) { c.HealthListenAddr = "localhost" }, wantErr: "health listen address"},
 		{name: "listen port out of range", mutate: func(c *ServeConfig) { c.ListenAddr = ":70000" }, wantErr: "port"},
 		{name: "listen host invalid", mutate: func(c *ServeConfig) { c.ListenAddr = "bad host:1" }, wantErr: "host"},
 		{name: "empty entrypoint command", mutate: func(c *ServeConfig) { c.Entrypoint = []string{""} }, wantErr: "entrypoint"},
 		{name: "negative idle timeout", mutate: func(c *ServeConfig) { c.StreamIdleTimeout = -time.Second }, wantErr: "negative"},
 		{name: "valid files settings", mutate: func(c *ServeConfig) { c.FilesRoot, c.MaxUploadBytes = "/", DefaultMaxUploadBytes }},
 		{name: "relative files root", mutate: func(c *ServeConfig) { c.FilesRoot = "data" }, wantErr: "files root"},
+		{name: "relative state directory", mutate: func(c *ServeConfig) { c.StateDir = "run" }, wantErr: "state directory"},
 		{name: "negative upload limit", mutate: func(c *ServeConfig) { c.MaxUploadBytes = -1 }, wantErr: "max upload bytes"},
 	}
 	for _, tt := range tests {
@@ -642,10 +691,11 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
+// waitHealthy waits until the probe endpoint at addr answers.
 func waitHealthy(t *testing.T, addr string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		resp, err := http.Get("http://" + addr + HealthzPath)
+		resp, err := http.Get("http://" + addr + execdapi.HealthzPath)
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -656,43 +706,46 @@ func waitHealthy(t *testing.T, addr string) {
 	t.Fatalf("execd at %s did not become healthy", addr)
 }
 
-// TestServeCommand runs the serve command end to end: token handling,
-// entrypoint, exec sessions and the exit code.
+// TestServeCommand runs the serve command end to end: the client CA from the environment,
+// the sandbox from the environment, the entrypoint, an exec session and the exit code.
 func TestServeCommand(t *testing.T) {
 	tests := []struct {
 		name     string
-		token    string
+		clientCA string
 		wantCode int
-		// exec, when set, runs an exec session while the entrypoint waits
-		// for stopFile.
+		// exec, when set, runs an exec session while the entrypoint waits for stopFile.
 		exec bool
 	}{
-		{name: "empty token is refused", token: "", wantCode: 1},
-		{name: "entrypoint exit code is execd's", token: testToken, wantCode: 7, exec: true},
+		{name: "no client CA is refused", clientCA: "", wantCode: 1},
+		{name: "entrypoint exit code is execd's", clientCA: string(testCA().pem), wantCode: 7, exec: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			envFile, stopFile := filepath.Join(dir, "env"), filepath.Join(dir, "stop")
-			addr := freeAddr(t)
-			t.Setenv(TokenEnv, tt.token)
-			entrypoint := fmt.Sprintf(`printf %%s "${%s-unset}" > %s; while [ ! -e %s ]; do sleep 0.05; done; exit 7`, TokenEnv, envFile, stopFile)
+			addr, health := freeAddr(t), freeAddr(t)
+			t.Setenv(execdapi.EnvClientCA, tt.clientCA)
+			t.Setenv(execdapi.EnvSandboxUID, testSandbox.UID)
+			t.Setenv(execdapi.EnvSandboxNamespace, testSandbox.Namespace)
+			t.Setenv(execdapi.EnvSandboxName, testSandbox.Name)
+			entrypoint := fmt.Sprintf(`printf %%s "${%s-unset} $%s" > %s; while [ ! -e %s ]; do sleep 0.05; done; exit 7`,
+				execdapi.EnvClientCA, execdapi.EnvSandboxName, envFile, stopFile)
 			cmd := NewCommand()
 			var stderr bytes.Buffer
 			cmd.SetErr(&stderr)
-			cmd.SetArgs([]string{"serve", "--listen", addr, "--", "sh", "-c", entrypoint})
+			cmd.SetArgs([]string{"serve", "--listen", addr, "--health-listen", health, "--state-dir", filepath.Join(dir, "state"),
+				"--", "sh", "-c", entrypoint})
 			ctx := testContext(t)
 			code := make(chan int, 1)
 			go func() { code <- Execute(ctx, cmd) }()
 
 			if tt.exec {
-				waitHealthy(t, addr)
-				res := execVia(testContext(t), "http://"+addr, execRequest{
-					cmd:   []string{"sh", "-c", fmt.Sprintf(`printf %%s "${%s-unset}"`, TokenEnv)},
-					token: tt.token,
+				waitHealthy(t, health)
+				res := execVia(testContext(t), "https://"+addr, execRequest{
+					cmd: []string{"sh", "-c", fmt.Sprintf(`printf %%s "${%s-unset}"`, execdapi.EnvClientCA)},
 				})
 				if res.err != nil || res.stdout != "unset" {
-					t.Errorf("exec session sees token variable %q (err %v), want it unset", res.stdout, res.err)
+					t.Errorf("exec session sees the client CA variable %q (err %v), want it unset", res.stdout, res.err)
 				}
 				if err := os.WriteFile(stopFile, nil, 0o600); err != nil {
 					t.Fatal(err)
@@ -706,18 +759,21 @@ func TestServeCommand(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatal("serve did not return")
 			}
-			if tt.token == "" {
-				if !strings.Contains(stderr.String(), "token is empty") {
-					t.Errorf("stderr = %q, want it to explain the empty token", stderr.String())
+			if tt.clientCA == "" {
+				if !strings.Contains(stderr.String(), "no client CA") {
+					t.Errorf("stderr = %q, want it to explain the missing client CA", stderr.String())
 				}
 				if _, err := os.Stat(envFile); err == nil {
-					t.Error("entrypoint ran without a token")
+					t.Error("entrypoint ran without a client CA")
 				}
 				return
 			}
 			env, err := os.ReadFile(envFile)
-			if err != nil || string(env) != "unset" {
-				t.Errorf("entrypoint sees token variable %q (%v), want it unset", env, err)
+			if err != nil || string(env) != "unset "+testSandbox.Name {
+				t.Errorf("entrypoint sees %q (%v), want the client CA unset and the sandbox's name", env, err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "state", stateKeyFile)); err != nil {
+				t.Errorf("no key kept in the state directory: %v", err)
 			}
 		})
 	}
@@ -761,7 +817,7 @@ func TestServeEntrypointSignals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(testContext(t))
 			defer cancel()
-			addr := freeAddr(t)
+			addr, health := freeAddr(t), freeAddr(t)
 			signals := make(chan os.Signal, 1)
 			type result struct {
 				code int
@@ -769,11 +825,11 @@ func TestServeEntrypointSignals(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				code, err := Serve(ctx, ServeConfig{ListenAddr: addr, Token: testToken, Entrypoint: tt.entrypoint}, signals)
+				code, err := Serve(ctx, ServeConfig{ListenAddr: addr, HealthListenAddr: health, ClientCAs: testCA().pem, Entrypoint: tt.entrypoint}, signals)
 				done <- result{code, err}
 			}()
 			if tt.wantCode != 127 {
-				waitHealthy(t, addr)
+				waitHealthy(t, health)
 				time.Sleep(100 * time.Millisecond) // let sh install its trap
 			}
 			tt.stop(cancel, signals)

@@ -248,14 +248,12 @@ func (h *Handler) serveFiles(w http.ResponseWriter, req *http.Request) {
 	}()
 	w = rec
 
-	if !h.authorized(req) {
-		klog.V(2).InfoS("Rejected unauthenticated files request", "remoteAddr", req.RemoteAddr)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox-execd"`)
-		writeJSON(w, http.StatusUnauthorized, &metav1.Status{
-			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-			Status:   metav1.StatusFailure, Message: "unauthorized",
-			Reason: metav1.StatusReasonUnauthorized, Code: http.StatusUnauthorized,
-		})
+	if _, code, msg := h.sandboxOf(req); code != 0 {
+		reason := metav1.StatusReasonForbidden
+		if code == http.StatusConflict {
+			reason = metav1.StatusReasonConflict
+		}
+		writeStatus(w, &statusError{code, reason, msg})
 		return
 	}
 	if h.filesRoot == nil {

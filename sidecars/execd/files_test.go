@@ -24,12 +24,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // filesEnv is an execd serving a temp dir as its files root. The root's
 // parent also holds "outside", which no request may reach.
 type filesEnv struct {
 	srv     *httptest.Server
+	client  *http.Client
 	root    string
 	outside string
 }
@@ -43,15 +46,13 @@ func startFilesServer(t *testing.T, maxUpload int64) *filesEnv {
 			t.Fatal(err)
 		}
 	}
-	h, err := NewHandler(HandlerConfig{Token: testToken, Executor: NewExecutor(nil), FilesRoot: env.root, MaxUploadBytes: maxUpload})
+	h, err := NewHandler(HandlerConfig{Executor: NewExecutor(nil), FilesRoot: env.root, MaxUploadBytes: maxUpload, Sandbox: testSandbox}, newTestIdentity(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.srv = httptest.NewServer(h)
-	t.Cleanup(func() {
-		env.srv.Close()
-		_ = h.Close()
-	})
+	env.srv = serveTLS(t, h, h.identity)
+	env.client = httpClient(t, asAPIServer)
+	t.Cleanup(func() { _ = h.Close() })
 	return env
 }
 
@@ -61,8 +62,13 @@ type response struct {
 	body   []byte
 }
 
-// do sends method to the raw (unescaped as given) files path and query.
+// do sends method to the raw (unescaped as given) files path and query, as sandbox-apiserver.
 func (e *filesEnv) do(t *testing.T, method, rawPath string, body io.Reader, header http.Header) response {
+	t.Helper()
+	return e.doAs(t, e.client, method, rawPath, body, header)
+}
+
+func (e *filesEnv) doAs(t *testing.T, client *http.Client, method, rawPath string, body io.Reader, header http.Header) response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(testContext(t), method, e.srv.URL+rawPath, body)
 	if err != nil {
@@ -71,10 +77,7 @@ func (e *filesEnv) do(t *testing.T, method, rawPath string, body io.Reader, head
 	if header != nil {
 		req.Header = header.Clone()
 	}
-	if req.Header.Get("Authorization") == "" && !strings.Contains(rawPath, "token=") {
-		req.Header.Set("Authorization", "Bearer "+testToken)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, rawPath, err)
 	}
@@ -210,13 +213,11 @@ func TestFilesRoundTrip100MB(t *testing.T) {
 			if tt.contentLength {
 				req.ContentLength = size
 			}
-			req.Header.Set("Authorization", "Bearer "+testToken)
-
 			runtime.GC()
 			var before runtime.MemStats
 			runtime.ReadMemStats(&before)
 			sampler := startHeapSampler()
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := env.client.Do(req)
 			peak := sampler.Stop()
 			if err != nil {
 				t.Fatal(err)
@@ -243,8 +244,7 @@ func TestFilesRoundTrip100MB(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req.Header.Set("Authorization", "Bearer "+testToken)
-			resp, err = http.DefaultClient.Do(req)
+			resp, err = env.client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -534,8 +534,7 @@ func TestFilesConcurrentUploads(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					req.Header.Set("Authorization", "Bearer "+testToken)
-					resp, err := http.DefaultClient.Do(req)
+					resp, err := env.client.Do(req)
 					if err != nil {
 						t.Error(err)
 						return
@@ -760,37 +759,14 @@ func TestFilesAuthentication(t *testing.T) {
 		{method: http.MethodDelete, path: "d?recursive=true"},
 		{method: http.MethodPost, path: "d/f?moveTo=moved"},
 	}
-	for _, cred := range []struct {
-		name   string
-		header string
-		query  string
-	}{
-		{name: "no token"},
-		{name: "wrong bearer token", header: "Bearer wrong"},
-		{name: "wrong query token", query: "token=wrong"},
-		{name: "empty query token", query: "token="},
-		{name: "basic auth", header: "Basic " + testToken},
-	} {
+	for _, identity := range []string{asController, asSomeone} {
+		client := httpClient(t, identity)
 		for _, tt := range tests {
-			t.Run(cred.name+" "+tt.method+" "+tt.path, func(t *testing.T) {
+			t.Run(identity+" "+tt.method+" "+tt.path, func(t *testing.T) {
 				before := snapshot(t, env.root)
-				p := FilesPath + tt.path
-				if cred.query != "" {
-					sep := "?"
-					if strings.Contains(p, "?") {
-						sep = "&"
-					}
-					p += sep + cred.query
-				}
-				h := http.Header{}
-				// "Authorization: none" keeps do from adding the token.
-				h.Set("Authorization", "None")
-				if cred.header != "" {
-					h.Set("Authorization", cred.header)
-				}
-				r := env.do(t, tt.method, p, strings.NewReader(tt.body), h)
-				if r.code != http.StatusUnauthorized {
-					t.Errorf("status = %d, want 401 (%s)", r.code, r.body)
+				r := env.doAs(t, client, tt.method, FilesPath+tt.path, strings.NewReader(tt.body), nil)
+				if r.code != http.StatusForbidden {
+					t.Errorf("status = %d, want 403 (%s)", r.code, r.body)
 				}
 				if bytes.Contains(r.body, []byte("content")) {
 					t.Errorf("body leaks the file: %q", r.body)
@@ -801,22 +777,23 @@ func TestFilesAuthentication(t *testing.T) {
 			})
 		}
 	}
-	t.Run("token in query", func(t *testing.T) {
-		r := env.do(t, http.MethodGet, FilesPath+"d/f?token="+testToken, nil, nil)
-		if r.code != http.StatusOK || string(r.body) != "content" {
-			t.Errorf("status = %d, body %q; want 200 with the content", r.code, r.body)
-		}
-	})
+	for _, identity := range []string{asNobody, asStranger} {
+		t.Run("TLS refuses "+identity, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(testContext(t), http.MethodGet, env.srv.URL+FilesPath+"d/f", nil)
+			if resp, err := httpClient(t, identity).Do(req); err == nil {
+				_ = resp.Body.Close()
+				t.Errorf("a client with %s got an answer: %d", identity, resp.StatusCode)
+			}
+		})
+	}
 }
 
 func TestFilesDisabled(t *testing.T) {
-	h, err := NewHandler(HandlerConfig{Token: testToken, Executor: NewExecutor(nil)})
+	h, err := NewHandler(HandlerConfig{Executor: NewExecutor(nil), Sandbox: testSandbox}, newTestIdentity(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	env := &filesEnv{srv: srv}
+	env := &filesEnv{srv: serveTLS(t, h, h.identity), client: httpClient(t, asAPIServer)}
 	if r := env.do(t, http.MethodGet, FilesPath+"etc/passwd", nil, nil); r.code != http.StatusNotFound {
 		t.Errorf("status = %d, want 404 with no files root", r.code)
 	}
@@ -828,24 +805,20 @@ func TestMetrics(t *testing.T) {
 	env.do(t, http.MethodGet, FilesPath+"m.txt", nil, nil)
 	env.do(t, http.MethodGet, FilesPath+"m.txt", nil, nil)
 	env.do(t, http.MethodGet, FilesPath+"missing", nil, nil)
-	env.do(t, http.MethodGet, FilesPath+"?token=wrong", nil, nil)
-	env.do(t, http.MethodGet, HealthzPath, nil, nil)
+	env.doAs(t, httpClient(t, asController), http.MethodGet, FilesPath, nil, nil)
+	env.do(t, http.MethodPost, execdapi.ClaimPath, nil, nil)
 
-	resp, err := http.Get(env.srv.URL + MetricsPath) // no token
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status = %d", resp.StatusCode)
+	r := env.do(t, http.MethodGet, MetricsPath, nil, nil)
+	body := r.body
+	if r.code != http.StatusOK {
+		t.Fatalf("status = %d", r.code)
 	}
 	for _, want := range []string{
 		`sandbox_execd_requests_total{code="201",endpoint="files:upload"} 1`,
 		`sandbox_execd_requests_total{code="200",endpoint="files:download"} 2`,
 		`sandbox_execd_requests_total{code="404",endpoint="files:download"} 1`,
-		`sandbox_execd_requests_total{code="401",endpoint="files:download"} 1`,
-		`sandbox_execd_requests_total{code="200",endpoint="healthz"} 1`,
+		`sandbox_execd_requests_total{code="403",endpoint="files:download"} 1`,
+		`sandbox_execd_requests_total{code="403",endpoint="claim"} 1`,
 		`sandbox_execd_files_uploaded_bytes_total 5`,
 		`sandbox_execd_files_downloaded_bytes_total 10`,
 	} {

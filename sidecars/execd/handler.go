@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -19,19 +17,22 @@ import (
 
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/internal/reaper"
 )
 
 // HandlerConfig configures NewHandler.
 type HandlerConfig struct {
-	// Token is the bearer token execd starts with: exec and files requests must present it
-	// until a claim (see claimapi) replaces it with the sandbox's token; claims must present
-	// it. Required.
-	Token string
 	// Executor runs the sessions. Required.
 	Executor remotecommand.Executor
+	// Sandbox, when set, is the sandbox execd belongs to from the start (a pod made for it);
+	// nil for a pool pod, which a claim gives to a sandbox.
+	Sandbox *Sandbox
+	// IdentityTokenFile is the projected service account token that proves the pod's
+	// identity to sandbox-controller (execdapi.IdentityTokenPath).
+	IdentityTokenFile string
 	// StreamIdleTimeout closes an exec connection without traffic for this
 	// long (0: never), as kubelet's streaming server does.
 	StreamIdleTimeout time.Duration
@@ -45,15 +46,18 @@ type HandlerConfig struct {
 	// EntrypointStopGrace is how long StopClaimedEntrypoint waits between SIGTERM and
 	// SIGKILL; 0 means DefaultEntrypointStopGrace.
 	EntrypointStopGrace time.Duration
+	// ProxyResponseHeaderTimeout bounds the wait for a local server's response headers
+	// through the proxy endpoint; 0: DefaultProxyResponseHeaderTimeout.
+	ProxyResponseHeaderTimeout time.Duration
+	// Clock; nil: the real clock.
+	Clock clock.PassiveClock
 }
 
-// Handler serves execd's HTTP API: the exec endpoint, the files API, the claim
-// endpoint, metrics and health probes.
+// Handler serves execd's HTTP API on its TLS port: exec, files, proxy, identity, claims and
+// metrics, each for the client identities the execdapi package names. It must be served with
+// ServerTLSConfig, which requires a client certificate of the kube-sandbox CA.
 type Handler struct {
-	mux *http.ServeMux
-	// poolTokenSum is the digest of the token execd started with (HandlerConfig.Token). It
-	// opens exec and files until a claim, and claims forever.
-	poolTokenSum        [sha256.Size]byte
+	mux                 *http.ServeMux
 	executor            remotecommand.Executor
 	reaper              *reaper.Reaper
 	entrypointStopGrace time.Duration
@@ -61,6 +65,10 @@ type Handler struct {
 	filesRoot           *os.Root
 	maxUploadBytes      int64
 	metrics             *metrics
+	identity            *ServerIdentity
+	identityTokenFile   string
+	proxy               *localProxy
+	clock               clock.PassiveClock
 
 	// Exec connections are hijacked, so http.Server.Shutdown neither waits
 	// for them nor ends them; the handler owns them instead.
@@ -70,24 +78,21 @@ type Handler struct {
 	sessionsCtx    context.Context
 	cancelSessions context.CancelFunc
 
-	// claimMu guards the claim state. Requests authenticate under the read lock; a claim
-	// holds the write lock until it is complete (entrypoint started, token switched).
+	// claimMu guards the claim state. Requests read it under the read lock; a claim holds
+	// the write lock until it is complete (entrypoint started).
 	claimMu       sync.RWMutex
 	current       *claim // nil until claimed; never changes once set
 	entrypoint    *claimedEntrypoint
 	claimsStopped bool
-	// preClaimCtx is cancelled by the claim: exec sessions the pool's token opened end.
-	preClaimCtx         context.Context
-	endPreClaimSessions context.CancelCauseFunc
 }
 
-// NewHandler returns the execd HTTP handler.
-func NewHandler(cfg HandlerConfig) (*Handler, error) {
-	if cfg.Token == "" {
-		return nil, errors.New("an exec token is required")
-	}
+// NewHandler returns the execd HTTP handler for the server identity id.
+func NewHandler(cfg HandlerConfig, id *ServerIdentity) (*Handler, error) {
 	if cfg.Executor == nil {
 		return nil, errors.New("an executor is required")
+	}
+	if id == nil {
+		return nil, errors.New("a server identity is required")
 	}
 	if cfg.MaxUploadBytes < 0 {
 		return nil, errors.New("the upload limit must not be negative")
@@ -105,11 +110,12 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if cfg.EntrypointStopGrace == 0 {
 		cfg.EntrypointStopGrace = DefaultEntrypointStopGrace
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	preClaimCtx, endPreClaim := context.WithCancelCause(context.Background())
 	h := &Handler{
 		mux:                 http.NewServeMux(),
-		poolTokenSum:        sha256.Sum256([]byte(cfg.Token)),
 		executor:            cfg.Executor,
 		reaper:              cfg.Reaper,
 		entrypointStopGrace: cfg.EntrypointStopGrace,
@@ -117,30 +123,47 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		filesRoot:           filesRoot,
 		maxUploadBytes:      cfg.MaxUploadBytes,
 		metrics:             newMetrics(),
+		identity:            id,
+		identityTokenFile:   cfg.IdentityTokenFile,
+		proxy:               newLocalProxy(cfg.ProxyResponseHeaderTimeout),
+		clock:               cfg.Clock,
 		sessionsCtx:         ctx,
 		cancelSessions:      cancel,
-		preClaimCtx:         preClaimCtx,
-		endPreClaimSessions: endPreClaim,
+	}
+	if s := cfg.Sandbox; s != nil {
+		if s.UID == "" || s.Namespace == "" || s.Name == "" {
+			return nil, errors.New("a sandbox needs a UID, a namespace and a name")
+		}
+		h.current = &claim{sandboxUID: s.UID, namespace: s.Namespace, name: s.Name,
+			resp: execdapi.ClaimResponse{SandboxUID: s.UID}}
 	}
 	// GET for websocket clients, POST for SPDY ones (kubectl's default).
 	exec := h.metrics.instrument("exec", h.serveExec)
-	h.mux.HandleFunc("GET "+ExecPath, exec)
-	h.mux.HandleFunc("POST "+ExecPath, exec)
-	h.mux.HandleFunc("POST "+claimapi.Path, h.metrics.instrument("claim", h.serveClaim))
-	h.mux.HandleFunc("GET "+HealthzPath, h.metrics.instrument("healthz", serveOK))
-	h.mux.HandleFunc("GET "+ReadyzPath, h.metrics.instrument("readyz", serveOK))
-	h.mux.Handle("GET "+MetricsPath, h.metrics.handler())
+	h.mux.HandleFunc("GET "+execdapi.ExecPath, exec)
+	h.mux.HandleFunc("POST "+execdapi.ExecPath, exec)
+	h.mux.HandleFunc("POST "+execdapi.ClaimPath, h.metrics.instrument("claim", h.serveClaim))
+	h.mux.HandleFunc("GET "+execdapi.IdentityPath, h.metrics.instrument("identity", h.serveIdentity))
+	h.mux.HandleFunc("PUT "+execdapi.IdentityPath, h.metrics.instrument("certificate", h.serveCertificate))
+	h.mux.HandleFunc("GET "+MetricsPath, func(w http.ResponseWriter, req *http.Request) {
+		if h.allow(w, req, execdapi.APIServerIdentity, execdapi.ControllerIdentity) {
+			h.metrics.handler().ServeHTTP(w, req)
+		}
+	})
 	return h, nil
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	// The files API bypasses the mux: the mux would clean ".." out of the
-	// path and redirect, and the files API refuses such paths instead.
-	if p := req.URL.Path; p == strings.TrimSuffix(FilesPath, "/") || strings.HasPrefix(p, FilesPath) {
+	// The files and proxy APIs bypass the mux: the mux would clean ".." and "//" out of the
+	// path and redirect; the files API refuses such paths instead, and the proxy passes them
+	// to the sandbox's server as they came.
+	switch p := req.URL.Path; {
+	case p == strings.TrimSuffix(FilesPath, "/") || strings.HasPrefix(p, FilesPath):
 		h.serveFiles(w, req)
-		return
+	case strings.HasPrefix(p, execdapi.ProxyPath):
+		h.metrics.instrument("proxy", h.serveProxy)(w, req)
+	default:
+		h.mux.ServeHTTP(w, req)
 	}
-	h.mux.ServeHTTP(w, req)
 }
 
 // Close releases the files root. Call it after the server stopped.
@@ -161,26 +184,69 @@ func (h *Handler) StopSessions() {
 	h.sessions.Wait()
 }
 
-// Probes only say that execd is up; they carry no information worth a
-// token, and kubelet's probes cannot present one.
-func serveOK(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = io.WriteString(w, "ok")
+// clientIdentity is the common name of the verified client certificate of req, "" without one.
+func clientIdentity(req *http.Request) string {
+	if req.TLS == nil || len(req.TLS.VerifiedChains) == 0 || len(req.TLS.VerifiedChains[0]) == 0 {
+		return ""
+	}
+	return req.TLS.VerifiedChains[0][0].Subject.CommonName
+}
+
+// allow answers 403 unless req comes from one of identities. The TLS layer has verified the
+// certificate already; this decides what each component may do.
+func (h *Handler) allow(w http.ResponseWriter, req *http.Request, identities ...string) bool {
+	who := clientIdentity(req)
+	if who != "" && slices.Contains(identities, who) {
+		return true
+	}
+	klog.V(2).InfoS("Refused a request", "path", req.URL.Path, "client", who, "remoteAddr", req.RemoteAddr)
+	http.Error(w, fmt.Sprintf("forbidden: %q may not use %s", who, req.URL.Path), http.StatusForbidden)
+	return false
+}
+
+// sandboxOf returns the claim a request for the sandbox (exec, files, proxy) is served under,
+// or why it is refused: status code and message.
+func (h *Handler) sandboxOf(req *http.Request) (*claim, int, string) {
+	if who := clientIdentity(req); who != execdapi.APIServerIdentity {
+		return nil, http.StatusForbidden, fmt.Sprintf("forbidden: %q may not use %s", who, req.URL.Path)
+	}
+	h.claimMu.RLock()
+	c := h.current
+	h.claimMu.RUnlock()
+	if c == nil {
+		return nil, http.StatusConflict, "sandbox-execd is not allocated to a sandbox"
+	}
+	if uid := req.Header.Get(execdapi.SandboxUIDHeader); uid != "" && uid != c.sandboxUID {
+		return nil, http.StatusConflict, fmt.Sprintf("sandbox-execd belongs to another sandbox than %s", uid)
+	}
+	return c, 0, ""
+}
+
+// Claimed reports the sandbox execd belongs to, if any.
+func (h *Handler) Claimed() (Sandbox, bool) {
+	h.claimMu.RLock()
+	defer h.claimMu.RUnlock()
+	if h.current == nil {
+		return Sandbox{}, false
+	}
+	return Sandbox{UID: h.current.sandboxUID, Namespace: h.current.namespace, Name: h.current.name}, true
 }
 
 func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
-	ok, claimed := h.authorize(req)
-	if !ok {
-		klog.V(2).InfoS("Rejected unauthenticated exec request", "remoteAddr", req.RemoteAddr)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox-execd"`)
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	claimed, code, msg := h.sandboxOf(req)
+	if claimed == nil {
+		http.Error(w, msg, code)
+		return
+	}
+	if uid := req.URL.Query().Get(execdapi.ExecSandboxUIDParam); uid != "" && uid != claimed.sandboxUID {
+		http.Error(w, fmt.Sprintf("sandbox-execd belongs to another sandbox than %s", uid), http.StatusConflict)
 		return
 	}
 	// Query only: parsing a form body would consume a POST's body, which is
 	// part of the upgraded connection.
-	cmd := req.URL.Query()[CommandParam]
+	cmd := req.URL.Query()[execdapi.ExecCommandParam]
 	if len(cmd) == 0 || cmd[0] == "" {
-		http.Error(w, "no command given: set the "+CommandParam+" query parameter", http.StatusBadRequest)
+		http.Error(w, "no command given: set the "+execdapi.ExecCommandParam+" query parameter", http.StatusBadRequest)
 		return
 	}
 	opts, err := remotecommand.NewOptions(req)
@@ -193,10 +259,8 @@ func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if claimed != nil {
-		// The sandbox's env, below the session's own: later entries win.
-		session.Env = slices.Concat(claimed.env, session.Env)
-	}
+	// The sandbox's env, below the session's own: later entries win.
+	session.Env = slices.Concat(claimed.env, session.Env)
 
 	h.mu.Lock()
 	if h.stopped {
@@ -214,11 +278,6 @@ func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
 	defer cancel(nil)
 	stop := context.AfterFunc(h.sessionsCtx, func() { cancel(errors.New("sandbox-execd is shutting down")) })
 	defer stop()
-	if claimed == nil {
-		// Opened with the pool's token: a claim ends it (at once if one came meanwhile).
-		stopPreClaim := context.AfterFunc(h.preClaimCtx, func() { cancel(context.Cause(h.preClaimCtx)) })
-		defer stopPreClaim()
-	}
 	watched := &disconnectWatcher{ResponseWriter: w, cancel: cancel}
 
 	// argv[0] only: arguments may carry secrets ("sh -c 'TOKEN=...'").
@@ -226,51 +285,6 @@ func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
 	ctx = withSessionOptions(ctx, session)
 	remotecommand.ServeExec(watched, req.WithContext(ctx), requestedStreams{h.executor, *opts, session.Timeout}, "", "", "", cmd,
 		opts, h.streamIdleTimeout, remotecommand.DefaultStreamCreationTimeout, remotecommand.SupportedStreamingProtocols)
-}
-
-// authorized reports whether the request carries the token exec and files currently accept.
-func (h *Handler) authorized(req *http.Request) bool {
-	ok, _ := h.authorize(req)
-	return ok
-}
-
-// authorize checks the request's token against the one in force: the token execd started
-// with until a claim, the claiming sandbox's after it (the claim endpoint checks its own).
-// It also returns the claim it checked against, nil before one. The token comes as a bearer
-// token, or as the "token" query parameter: the apiserver's WebSocket-to-SPDY translation
-// cannot set headers on its upstream request.
-func (h *Handler) authorize(req *http.Request) (bool, *claim) {
-	token := req.URL.Query().Get(TokenParam)
-	if bearer, ok := bearerToken(req); ok {
-		token = bearer
-	}
-	h.claimMu.RLock()
-	c := h.current
-	h.claimMu.RUnlock()
-	want := &h.poolTokenSum
-	if c != nil {
-		want = &c.tokenSum
-	}
-	return tokenMatches(token, want), c
-}
-
-// bearerToken returns the request's bearer token and whether it has an Authorization header
-// of the Bearer scheme.
-func bearerToken(req *http.Request) (string, bool) {
-	if scheme, bearer, ok := strings.Cut(req.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
-		return strings.TrimSpace(bearer), true
-	}
-	return "", false
-}
-
-// tokenMatches compares token with a token digest in constant time. Comparing digests also
-// hides the token's length. An empty token never matches.
-func tokenMatches(token string, sum *[sha256.Size]byte) bool {
-	if token == "" {
-		return false
-	}
-	got := sha256.Sum256([]byte(token))
-	return subtle.ConstantTimeCompare(got[:], sum[:]) == 1
 }
 
 // requestedStreams hands the executor only the streams the client asked
@@ -353,4 +367,17 @@ func (c *watchedConn) Write(p []byte) (int, error) {
 func (c *watchedConn) Close() error {
 	c.cancel(errors.New("exec connection closed"))
 	return c.Conn.Close()
+}
+
+// HealthHandler answers the kubelet's probes, in plain HTTP on execdapi.HealthPort. Probes
+// only learn that execd is up; they carry no certificate.
+func HealthHandler() http.Handler {
+	mux := http.NewServeMux()
+	ok := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok")
+	}
+	mux.HandleFunc("GET "+execdapi.HealthzPath, ok)
+	mux.HandleFunc("GET "+execdapi.ReadyzPath, ok)
+	return mux
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // metrics are per Handler, on a registry of its own, so that handlers in
@@ -38,7 +38,7 @@ func newMetrics() *metrics {
 		}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_execd_claims_total",
-			Help: "Claims (" + claimapi.Path + ") by result: claimed, repeated, conflict, invalid, unauthorized, failed (the entrypoint did not start) or unavailable (shutting down).",
+			Help: "Claims (" + execdapi.ClaimPath + ") by result: claimed, repeated, conflict, invalid, failed (the entrypoint did not start) or unavailable (shutting down).",
 		}, []string{"result"}),
 	}
 	// Every result from the start, so that rates work from the first claim on.

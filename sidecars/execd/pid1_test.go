@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // runMainEnv makes the test binary behave as the sandbox-execd binary, so
@@ -45,7 +47,7 @@ func TestServeAsPID1(t *testing.T) {
 
 	dir := t.TempDir()
 	stopFile := filepath.Join(dir, "stop")
-	addr := freeAddr(t)
+	addr, health := freeAddr(t), freeAddr(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -53,8 +55,10 @@ func TestServeAsPID1(t *testing.T) {
 	// The entrypoint also leaves an orphan behind.
 	entrypoint := fmt.Sprintf(`sleep 0.1 & while [ ! -e %s ]; do sleep 0.05; done; exit 9`, stopFile)
 	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--kill-child",
-		self, "serve", "--listen", addr, "--", "sh", "-c", entrypoint)
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", TokenEnv+"="+testToken)
+		self, "serve", "--listen", addr, "--health-listen", health, "--state-dir", "", "--", "sh", "-c", entrypoint)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", execdapi.EnvClientCA+"="+string(testCA().pem),
+		execdapi.EnvSandboxUID+"="+testSandbox.UID, execdapi.EnvSandboxNamespace+"="+testSandbox.Namespace,
+		execdapi.EnvSandboxName+"="+testSandbox.Name)
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Start(); err != nil {
@@ -66,10 +70,10 @@ func TestServeAsPID1(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-	waitHealthy(t, addr)
-	base := "http://" + addr
+	waitHealthy(t, health)
+	base := "https://" + addr
 
-	res := execVia(testContext(t), base, execRequest{cmd: []string{"sh", "-c", "echo $PPID"}, token: testToken})
+	res := execVia(testContext(t), base, execRequest{cmd: []string{"sh", "-c", "echo $PPID"}})
 	if strings.TrimSpace(res.stdout) != "1" {
 		t.Fatalf("exec'd command's parent is %q (err %v), want execd as PID 1", res.stdout, res.err)
 	}
@@ -87,7 +91,7 @@ func TestServeAsPID1(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for i := range 5 {
-				res := execVia(testContext(t), base, execRequest{cmd: []string{"sh", "-c", tt.script}, token: testToken})
+				res := execVia(testContext(t), base, execRequest{cmd: []string{"sh", "-c", tt.script}})
 				if got := exitCode(res.err); got != tt.wantCode {
 					t.Fatalf("run %d: exit code %d (err %v), want %d", i, got, res.err, tt.wantCode)
 				}
@@ -100,7 +104,7 @@ func TestServeAsPID1(t *testing.T) {
 		list := []string{"sh", "-c", `for f in /proc/[0-9]*/stat; do cat "$f" 2>/dev/null; echo; done`}
 		var zombies []string
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			res := execVia(testContext(t), base, execRequest{cmd: list, token: testToken})
+			res := execVia(testContext(t), base, execRequest{cmd: list})
 			if res.err != nil {
 				t.Fatalf("listing processes: %v", res.err)
 			}
@@ -148,8 +152,8 @@ func TestServeEntrypointOnTerminal(t *testing.T) {
 	defer func() { _ = ptmx.Close() }()
 
 	script := `read line; echo "got $line"; trap 'echo interrupted; exit 5' INT; echo ready; while :; do sleep 0.05; done`
-	cmd := exec.Command(self, "serve", "--listen", freeAddr(t), "--", "sh", "-c", script)
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", TokenEnv+"="+testToken)
+	cmd := exec.Command(self, "serve", "--listen", freeAddr(t), "--health-listen", "", "--state-dir", "", "--", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", execdapi.EnvClientCA+"="+string(testCA().pem))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	// A session with the terminal as controlling terminal, as a container
 	// runtime sets up for tty: true.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -35,7 +37,7 @@ const (
 // are forwarded to it. Without one it serves until ctx is cancelled and
 // returns 0. The returned code is what the container should exit with.
 //
-// An entrypoint started by a claim (see claimapi) is not cfg's: its exit ends
+// An entrypoint started by a claim (see execdapi.ClaimPath) is not cfg's: its exit ends
 // nothing, signals are not forwarded to it, and when Serve returns it is
 // stopped (see Handler.StopClaimedEntrypoint).
 func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int, error) {
@@ -56,11 +58,19 @@ func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int,
 		wg.Go(func() { r.Run(reaperCtx) })
 	}
 
+	clientCAs, err := ParseClientCAs(cfg.ClientCAs)
+	if err != nil {
+		return 1, err
+	}
+	id, err := NewServerIdentity(cfg.StateDir, clientCAs)
+	if err != nil {
+		return 1, err
+	}
 	executor := NewExecutor(r)
 	handler, err := NewHandler(HandlerConfig{
-		Token: cfg.Token, Executor: executor, StreamIdleTimeout: cfg.StreamIdleTimeout,
-		FilesRoot: cfg.FilesRoot, MaxUploadBytes: cfg.MaxUploadBytes, Reaper: r,
-	})
+		Executor: executor, Sandbox: cfg.Sandbox, IdentityTokenFile: cfg.IdentityTokenFile,
+		StreamIdleTimeout: cfg.StreamIdleTimeout, FilesRoot: cfg.FilesRoot, MaxUploadBytes: cfg.MaxUploadBytes, Reaper: r,
+	}, id)
 	if err != nil {
 		return 1, err
 	}
@@ -74,17 +84,35 @@ func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int,
 		ReadHeaderTimeout: 30 * time.Second,
 		// HTTP/1.1 only: SPDY and websocket upgrades do not exist in HTTP/2.
 		Protocols: new(http.Protocols),
+		TLSConfig: id.TLSConfig(),
+		// A client that fails the handshake (no certificate) is no news worth a log line each.
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	srv.Protocols.SetHTTP1(true)
-	serveErr := make(chan error, 1)
-	wg.Go(func() { serveErr <- srv.Serve(ln) })
-	klog.InfoS("Serving exec sessions", "addr", ln.Addr().String(), "reaping", r != nil)
+	serveErr := make(chan error, 2)
+	wg.Go(func() { serveErr <- srv.ServeTLS(ln, "", "") })
+	klog.InfoS("Serving exec sessions", "addr", ln.Addr().String(), "reaping", r != nil,
+		"sandbox", cfg.Sandbox != nil, "certified", id.Certified())
+
+	var health *http.Server
+	if cfg.HealthListenAddr != "" {
+		hln, err := net.Listen("tcp", cfg.HealthListenAddr)
+		if err != nil {
+			_ = srv.Close()
+			return 1, fmt.Errorf("listening for probes: %w", err)
+		}
+		health = &http.Server{Handler: HealthHandler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() { serveErr <- health.Serve(hln) })
+	}
 
 	defer func() {
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 		defer cancel()
 		if err := srv.Shutdown(shutdownCtx); err != nil {
 			klog.ErrorS(err, "Shutting down the exec server")
+		}
+		if health != nil {
+			_ = health.Shutdown(shutdownCtx)
 		}
 		handler.StopSessions()
 		// After the server: no claim can start an entrypoint any more.

@@ -10,16 +10,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // Query parameters of an exec beyond the kubelet's (command, input, output, error, tty).
 const (
-	// EnvParam is repeated, one NAME=VALUE each, added to the command's environment.
-	EnvParam = "env"
-	// WorkingDirParam is the absolute directory the command starts in.
-	WorkingDirParam = "workingDir"
-	// TimeoutSecondsParam kills the command's process group after that many seconds.
-	TimeoutSecondsParam = "timeoutSeconds"
+	EnvParam            = execdapi.ExecEnvParam
+	WorkingDirParam     = execdapi.ExecWorkingDirParam
+	TimeoutSecondsParam = execdapi.ExecTimeoutSecondsParam
 )
 
 // SessionOptions shape how one exec runs.

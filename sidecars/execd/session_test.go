@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
 	clientremotecommand "k8s.io/client-go/tools/remotecommand"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 )
@@ -30,7 +29,7 @@ func TestExecSessionOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			u, err := ExecURL(srv.URL, tt.cmd, remotecommand.Options{Stdout: true, Stderr: true})
+			u, err := execURL(srv.URL, tt.cmd, remotecommand.Options{Stdout: true, Stderr: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -39,7 +38,7 @@ func TestExecSessionOptions(t *testing.T) {
 				q[k] = v
 			}
 			u.RawQuery = q.Encode()
-			exec, err := clientremotecommand.NewSPDYExecutor(&rest.Config{Host: srv.URL, BearerToken: testToken}, http.MethodPost, u)
+			exec, err := clientremotecommand.NewSPDYExecutor(restConfigFor(srv.URL, asAPIServer), http.MethodPost, u)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,13 +67,12 @@ func TestExecSessionOptionsRefused(t *testing.T) {
 		{"non-numeric timeout", TimeoutSecondsParam, "soon"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			u, _ := ExecURL(srv.URL, []string{"true"}, remotecommand.Options{Stdout: true})
+			u, _ := execURL(srv.URL, []string{"true"}, remotecommand.Options{Stdout: true})
 			q := u.Query()
 			q.Set(tt.param, tt.value)
 			u.RawQuery = q.Encode()
 			req, _ := http.NewRequest(http.MethodPost, u.String(), nil)
-			req.Header.Set("Authorization", "Bearer "+testToken)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := httpClient(t, asAPIServer).Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}

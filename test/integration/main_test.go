@@ -82,11 +82,19 @@ func setUp(ctx context.Context) error {
 	if err := framework.InstallCRDs(ctx, kube); err != nil {
 		return err
 	}
-	if err := framework.StartSandboxAPIServer(ctx, cp, kube); err != nil {
+	if err := framework.CreateSystemNamespace(ctx, kube); err != nil {
 		return err
 	}
+	// What the kube-apiserver admits of Pools.
+	if err := framework.ApplyManifest(ctx, kube, "artifacts/base/admission-pools.yaml"); err != nil {
+		return err
+	}
+	// The controller first: it makes the CA and sandbox-apiserver's certificate.
 	suiteCtx = ctx
-	return startController()
+	if err := startController(); err != nil {
+		return err
+	}
+	return framework.StartSandboxAPIServer(ctx, cp, kube)
 }
 
 // userConfig is a client config for one of the test users.

@@ -17,6 +17,8 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
+	"github.com/kube-sandbox/kube-sandbox/test/integration/framework"
 )
 
 func newNamespace(t *testing.T) string {
@@ -162,7 +164,10 @@ func TestSandboxValidation(t *testing.T) {
 		{"no image", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Template.Spec.Containers[0].Image = "" }, "spec.template.spec.containers[0].image"},
 		{"negative replicas", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Replicas = ptr.To[int32](-1) }, "spec.replicas"},
 		{"bad env name", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Env = []corev1.EnvVar{{Name: "1=x"}} }, "spec.env[0].name"},
-		{"reserved env name", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Env = []corev1.EnvVar{{Name: controlv1alpha1.ExecdTokenEnv}} }, "spec.env[0].name"},
+		{"reserved env name", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Env = []corev1.EnvVar{{Name: execdapi.EnvClientCA}} }, "spec.env[0].name"},
+		{"server's annotation", func(s *sandboxv1alpha1.Sandbox) {
+			s.Annotations = map[string]string{controlv1alpha1.AnnotationPodSecurity: "Namespace"}
+		}, "metadata.annotations[control.kube-sandbox.io/pod-security]"},
 		{"empty entrypoint", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Entrypoint = []string{""} }, "spec.entrypoint[0]"},
 	}
 	for _, tt := range tests {
@@ -195,7 +200,7 @@ func TestSandboxValidation(t *testing.T) {
 	}
 }
 
-func TestControllerCreatesPodAndToken(t *testing.T) {
+func TestControllerCreatesHardenedPod(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	if _, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Create(ctx, sandbox("pods"), metav1.CreateOptions{}); err != nil {
@@ -210,25 +215,47 @@ func TestControllerCreatesPodAndToken(t *testing.T) {
 	if got := pod.Labels[controlv1alpha1.LabelBatchSandbox]; got != "pods" {
 		t.Errorf("pod label %s=%q", controlv1alpha1.LabelBatchSandbox, got)
 	}
-	if len(pod.Spec.InitContainers) == 0 || pod.Spec.InitContainers[0].Name != controlv1alpha1.ExecdInitContainerName {
+	if len(pod.Spec.InitContainers) == 0 || pod.Spec.InitContainers[0].Name != execdapi.InitContainerName {
 		t.Errorf("no execd installer: %+v", pod.Spec.InitContainers)
 	}
-	wantCmd := []string{controlv1alpha1.ExecdBinary, "serve", "--", "python3", "-m", "http.server"}
+	wantCmd := []string{execdapi.BinaryPath, "serve", "--", "python3", "-m", "http.server"}
 	if diff := cmp.Diff(wantCmd, pod.Spec.Containers[0].Command); diff != "" {
 		t.Errorf("sandbox container command (-want +got):\n%s", diff)
 	}
 	if ptr.Deref(pod.Spec.AutomountServiceAccountToken, true) {
 		t.Error("sandbox pods must not get API credentials by default")
 	}
-	secret := &corev1.Secret{}
-	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlv1alpha1.TokenSecretName("pods")}, secret); err != nil {
-		t.Fatalf("token secret: %v", err)
+	c := pod.Spec.Containers[0]
+	if sc := c.SecurityContext; sc == nil || !ptr.Deref(sc.AllowPrivilegeEscalation, true) == false || sc.Capabilities == nil || !contains(capNames(sc.Capabilities.Drop), "NET_RAW") {
+		t.Errorf("sandbox container security context %+v, want no privilege escalation and NET_RAW dropped", sc)
 	}
-	if len(secret.Data[controlv1alpha1.ExecdTokenKey]) < 32 {
-		t.Errorf("token too short: %d bytes", len(secret.Data[controlv1alpha1.ExecdTokenKey]))
+	if sc := pod.Spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v, want seccomp RuntimeDefault", sc)
+	}
+	// execd trusts the kube-sandbox CA, and nothing in the pod is a secret: no Secret was made.
+	ca := &corev1.Secret{}
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: framework.SystemNamespace, Name: "kube-sandbox-ca"}, ca); err != nil {
+		t.Fatal(err)
+	}
+	var clientCA string
+	for _, e := range c.Env {
+		if e.Name == execdapi.EnvClientCA {
+			clientCA = e.Value
+		}
+		if e.ValueFrom != nil {
+			t.Errorf("env %s comes from %+v: a sandbox pod holds no reference to a secret", e.Name, e.ValueFrom)
+		}
+	}
+	if clientCA == "" || clientCA != string(ca.Data["ca.crt"]) {
+		t.Errorf("execd's client CA is not the kube-sandbox CA's bundle")
+	}
+	secrets := &corev1.SecretList{}
+	if err := kube.List(ctx, secrets, client.InNamespace(ns)); err != nil || len(secrets.Items) != 0 {
+		t.Errorf("secrets in the sandbox's namespace: %d (%v), want none", len(secrets.Items), err)
 	}
 
 	// The status names the pod; without a kubelet it stays Pending.
+	_ = c
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		s, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Get(ctx, "pods", metav1.GetOptions{})
 		if err != nil {
@@ -314,4 +341,12 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+func capNames(caps []corev1.Capability) []string {
+	var out []string
+	for _, c := range caps {
+		out = append(out, string(c))
+	}
+	return out
 }

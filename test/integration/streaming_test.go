@@ -11,73 +11,44 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/utils/exec"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
-	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/test/integration/framework"
 )
 
-// runningSandbox creates a sandbox and stands in for the kubelet: its pod is marked Ready at
-// 127.0.0.1, where a real execd handler (the one the sandbox image gets) serves on execd's
-// port with the sandbox's token and a temporary files root. Everything between the client and
-// that handler is the real path: kube-apiserver, the aggregator, sandbox-apiserver.
+// runningSandbox creates a sandbox in a namespace of a simulated node (framework.SimulatedNode)
+// and waits until it runs: its pod at a loopback address of its own, where a real execd (the
+// one the sandbox image gets) serves over TLS with a temporary files root, certified by the
+// controller for its pod. Everything between the client and that execd is the real path:
+// kube-apiserver, the aggregator, sandbox-apiserver, mutual TLS.
 func runningSandbox(t *testing.T, ns, name string) (root string) {
 	t.Helper()
-	ctx := context.Background()
+	root = t.TempDir()
+	ctx, cancel := context.WithCancel(suiteCtx)
+	t.Cleanup(cancel)
+	if _, err := framework.StartSimulatedNode(ctx, cp, ns, true, root); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Create(ctx, sandbox(name), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
-	}
-	secret := &corev1.Secret{}
-	pod := &corev1.Pod{}
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		return kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlv1alpha1.TokenSecretName(name)}, secret) == nil &&
-			kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-0"}, pod) == nil, nil
-	}); err != nil {
-		t.Fatalf("no pod and token: %v", err)
-	}
-	root = t.TempDir()
-	h, err := execd.NewHandler(execd.HandlerConfig{
-		Token:     string(secret.Data[controlv1alpha1.ExecdTokenKey]),
-		Executor:  execd.NewExecutor(nil),
-		FilesRoot: root,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(controlv1alpha1.ExecdPort)))
-	if err != nil {
-		t.Fatalf("execd's port on loopback: %v", err)
-	}
-	srv := &http.Server{Handler: h}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { h.StopSessions(); _ = srv.Close() })
-
-	pod.Status.Phase = corev1.PodRunning
-	pod.Status.PodIP = "127.0.0.1"
-	pod.Status.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	if err := kube.Status().Update(ctx, pod); err != nil {
-		t.Fatalf("mark the pod ready: %v", err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		s, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && s.Status.Phase == sandboxv1alpha1.PhaseRunning, nil
 	}); err != nil {
-		t.Fatalf("sandbox never Running: %v", err)
+		s, _ := sandboxes.SandboxV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
+		t.Fatalf("sandbox never Running: %v; status %+v", err, s.Status)
 	}
 	return root
 }
@@ -214,7 +185,13 @@ func TestProxyThroughTheAggregator(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "path=%s query=%s auth=%q cookie=%q", r.URL.Path, r.URL.RawQuery, r.Header.Get("Authorization"), r.Header.Get("Cookie"))
+		var caller []string
+		for k := range r.Header {
+			if k == "Authorization" || k == "Cookie" || strings.HasPrefix(k, "X-Remote-") || strings.HasPrefix(k, "Impersonate-") || strings.HasPrefix(k, "X-Forwarded-") {
+				caller = append(caller, k)
+			}
+		}
+		fmt.Fprintf(w, "path=%s query=%s caller=%v", r.URL.EscapedPath(), r.URL.RawQuery, caller)
 	})}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -228,6 +205,7 @@ func TestProxyThroughTheAggregator(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/%s/sandboxes/web/proxy/%s", cp.URL, ns, path), nil)
 		req.Header.Set("Cookie", "session=secret")
+		req.Header.Set("X-Forwarded-For", "10.9.8.7")
 		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -236,9 +214,17 @@ func TestProxyThroughTheAggregator(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	code, body := get(fmt.Sprintf("%d/hello/world?x=1", port))
-	if code != http.StatusOK || body != `path=/hello/world query=x=1 auth="" cookie=""` {
+	// The caller's query passes whole (path and replica included), its identity not at all.
+	// (The kube-apiserver's aggregator passes the path decoded and the query re-encoded.)
+	code, body := get(fmt.Sprintf("%d/hello/world?x=1&path=p&replica=9", port))
+	if code != http.StatusOK || body != `path=/hello/world query=path=p&replica=9&x=1 caller=[]` {
 		t.Errorf("proxied request: %d %s", code, body)
+	}
+	if code, body := get(fmt.Sprintf("0:%d/r0", port)); code != http.StatusOK || !strings.HasPrefix(body, "path=/r0 ") {
+		t.Errorf("proxied request to replica 0 by name: %d %s", code, body)
+	}
+	if code, body := get(fmt.Sprintf("1:%d/", port)); code != http.StatusBadRequest {
+		t.Errorf("proxy to a replica that does not exist: %d %s, want 400", code, body)
 	}
 	// Nothing listens on the next port (almost surely): a clear gateway error, not a hang.
 	free, _ := framework.FreePort()
@@ -248,7 +234,7 @@ func TestProxyThroughTheAggregator(t *testing.T) {
 	if code, _ := get("notaport/"); code != http.StatusBadRequest {
 		t.Errorf("proxy with a bad port: %d, want 400", code)
 	}
-	if code, _ := get(fmt.Sprintf("%d/", controlv1alpha1.ExecdPort)); code != http.StatusBadRequest {
+	if code, _ := get(fmt.Sprintf("%d/", execdapi.Port)); code != http.StatusBadRequest {
 		t.Errorf("proxy to execd's port: %d, want 400", code)
 	}
 }

@@ -1,46 +1,30 @@
-// Package sandboxconn finds where a sandbox's execd listens and with which token, for the
-// streaming subresources.
+// Package sandboxconn finds the execd of a sandbox's replica for the streaming subresources,
+// and holds the credentials sandbox-apiserver presents to it.
 package sandboxconn
 
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/url"
-	"strconv"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
 
 // Endpoint is the execd of one replica of a sandbox.
 type Endpoint struct {
-	// Host is "IP:port" of execd in the pod.
-	Host string
-	// Token authenticates this server to that execd.
-	Token string
+	// Target is its pod: where it listens, and the UID its certificate must name.
+	Target execdclient.Target
 	// Pod is the pod's name, for messages.
 	Pod string
-	// Sandbox is the BatchSandbox as it was read, for auto-renew.
+	// Sandbox is the BatchSandbox as it was read, for auto-renew and for the sandbox UID execd
+	// must belong to.
 	Sandbox *controlv1alpha1.BatchSandbox
-}
-
-// URL returns the execd URL for path with the query q; the token travels in the query because
-// the WebSocket-to-SPDY translation of the apiserver library gives us no way to set a header
-// on its upstream request. The hop is direct from this server to the pod, and execd never
-// logs it.
-func (e *Endpoint) URL(path string, query url.Values) *url.URL {
-	q := url.Values{}
-	for k, v := range query {
-		q[k] = append([]string(nil), v...)
-	}
-	q.Set("token", e.Token)
-	return &url.URL{Scheme: "http", Host: e.Host, Path: path, RawQuery: q.Encode()}
 }
 
 // Resolver finds the execd endpoint of a sandbox replica.
@@ -48,7 +32,7 @@ type Resolver interface {
 	Resolve(ctx context.Context, namespace, name string, replica int32) (*Endpoint, error)
 }
 
-// KubeResolver reads the BatchSandbox, its pod and its token Secret from the kube-apiserver.
+// KubeResolver reads the BatchSandbox and its pod from the kube-apiserver.
 type KubeResolver struct {
 	Client client.Reader
 }
@@ -90,21 +74,13 @@ func (r *KubeResolver) Resolve(ctx context.Context, namespace, name string, repl
 	if podName == "" {
 		return nil, notReady(fmt.Sprintf("replica %d has no pod yet (phase %s)", replica, phaseOf(bs)))
 	}
-	if bs.Spec.PoolRef != nil && !podReadyInStatus {
-		// A pool pod takes the sandbox's token only when the controller allocated it through
-		// execd; the status says when that happened.
-		return nil, notReady(fmt.Sprintf("pod %s of replica %d is being allocated", podName, replica))
+	if !podReadyInStatus {
+		// The controller records a replica ready once its execd serves the pod's certificate
+		// (and, for a pool pod, belongs to the sandbox).
+		return nil, notReady(fmt.Sprintf("pod %s of replica %d is being set up (its execd is not certified or allocated yet)", podName, replica))
 	}
-	// The pod and the token are read at once: a sandbox is reached one round trip sooner.
-	pod, secret := &corev1.Pod{}, &corev1.Secret{}
-	var podErr, secretErr error
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		secretErr = r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: controlv1alpha1.TokenSecretName(name)}, secret)
-	})
-	podErr = r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: podName}, pod)
-	wg.Wait()
-	if err := podErr; err != nil {
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: podName}, pod); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, notReady(fmt.Sprintf("pod %s of replica %d is gone and is being replaced", podName, replica))
 		}
@@ -114,22 +90,14 @@ func (r *KubeResolver) Resolve(ctx context.Context, namespace, name string, repl
 	if pod.Labels[controlv1alpha1.LabelBatchSandbox] != name {
 		return nil, notReady(fmt.Sprintf("pod %s no longer belongs to the sandbox", podName))
 	}
+	if !metav1.IsControlledBy(pod, bs) {
+		return nil, notReady(fmt.Sprintf("pod %s no longer belongs to the sandbox", podName))
+	}
 	if pod.Status.PodIP == "" || !podReady(pod) {
 		return nil, notReady(fmt.Sprintf("pod %s of replica %d is %s and not ready", podName, replica, pod.Status.Phase))
 	}
-	if err := secretErr; err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, notReady("its execd token is missing")
-		}
-		return nil, apierrors.NewInternalError(fmt.Errorf("get token secret: %w", err))
-	}
-	token := string(secret.Data[controlv1alpha1.ExecdTokenKey])
-	if token == "" {
-		return nil, notReady("its execd token is empty")
-	}
 	return &Endpoint{
-		Host:    net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(controlv1alpha1.ExecdPort)),
-		Token:   token,
+		Target:  execdclient.Target{PodIP: pod.Status.PodIP, PodUID: string(pod.UID)},
 		Pod:     pod.Name,
 		Sandbox: bs,
 	}, nil

@@ -3,7 +3,6 @@ package sandboxconn
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/kube-sandbox/kube-sandbox/apiserver/internal/apitesting"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
 
 const (
@@ -29,15 +29,14 @@ const (
 
 // world is what the kube-apiserver holds for one sandbox with two replicas, replica 0 ready.
 type world struct {
-	bs     *controlv1alpha1.BatchSandbox
-	pod    *corev1.Pod
-	secret *corev1.Secret
+	bs  *controlv1alpha1.BatchSandbox
+	pod *corev1.Pod
 }
 
 func readyWorld() world {
 	return world{
 		bs: &controlv1alpha1.BatchSandbox{
-			ObjectMeta: metav1.ObjectMeta{Name: testName, Namespace: testNS},
+			ObjectMeta: metav1.ObjectMeta{Name: testName, Namespace: testNS, UID: "bs-uid"},
 			Spec:       controlv1alpha1.BatchSandboxSpec{Replicas: ptr.To[int32](2)},
 			Status: controlv1alpha1.BatchSandboxStatus{
 				Phase: controlv1alpha1.PhasePending,
@@ -50,7 +49,10 @@ func readyWorld() world {
 			ObjectMeta: metav1.ObjectMeta{
 				Name:      "demo-abc",
 				Namespace: testNS,
+				UID:       "pod-uid",
 				Labels:    map[string]string{controlv1alpha1.LabelBatchSandbox: testName, controlv1alpha1.LabelReplica: "0"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: controlv1alpha1.SchemeGroupVersion.String(), Kind: "BatchSandbox",
+					Name: testName, UID: "bs-uid", Controller: ptr.To(true)}},
 			},
 			Status: corev1.PodStatus{
 				Phase: corev1.PodRunning,
@@ -60,10 +62,6 @@ func readyWorld() world {
 					{Type: corev1.PodReady, Status: corev1.ConditionTrue},
 				},
 			},
-		},
-		secret: &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: controlv1alpha1.TokenSecretName(testName), Namespace: testNS},
-			Data:       map[string][]byte{controlv1alpha1.ExecdTokenKey: []byte("s3cret")},
 		},
 	}
 }
@@ -84,9 +82,6 @@ func newResolver(t *testing.T, w world) *KubeResolver {
 	if w.pod != nil {
 		b = b.WithObjects(w.pod)
 	}
-	if w.secret != nil {
-		b = b.WithObjects(w.secret)
-	}
 	return &KubeResolver{Client: b.Build()}
 }
 
@@ -103,28 +98,40 @@ func TestResolve(t *testing.T) {
 	}{
 		{
 			name: "ready",
-			want: &Endpoint{Host: "10.0.0.7:44771", Token: "s3cret", Pod: "demo-abc"},
+			want: &Endpoint{Target: execdclient.Target{PodIP: "10.0.0.7", PodUID: "pod-uid"}, Pod: "demo-abc"},
 		},
 		{
 			name: "IPv6 pod",
 			modify: func(w *world) {
 				w.pod.Status.PodIP = "fd00::7"
 			},
-			want: &Endpoint{Host: "[fd00::7]:44771", Token: "s3cret", Pod: "demo-abc"},
+			want: &Endpoint{Target: execdclient.Target{PodIP: "fd00::7", PodUID: "pod-uid"}, Pod: "demo-abc"},
 		},
 		{
 			name: "second replica",
 			modify: func(w *world) {
-				w.bs.Status.Pods = []controlv1alpha1.SandboxPodStatus{{Replica: 0, Name: "other"}, {Replica: 1, Name: "demo-abc"}}
+				w.bs.Status.Pods = []controlv1alpha1.SandboxPodStatus{{Replica: 0, Name: "other"}, {Replica: 1, Name: "demo-abc", Ready: true}}
 			},
 			replica: 1,
-			want:    &Endpoint{Host: "10.0.0.7:44771", Token: "s3cret", Pod: "demo-abc"},
+			want:    &Endpoint{Target: execdclient.Target{PodIP: "10.0.0.7", PodUID: "pod-uid"}, Pod: "demo-abc"},
 		},
 		{
 			name:    "unset replicas mean one",
 			modify:  func(w *world) { w.bs.Spec.Replicas = nil },
 			replica: 0,
-			want:    &Endpoint{Host: "10.0.0.7:44771", Token: "s3cret", Pod: "demo-abc"},
+			want:    &Endpoint{Target: execdclient.Target{PodIP: "10.0.0.7", PodUID: "pod-uid"}, Pod: "demo-abc"},
+		},
+		{
+			name:        "not ready in the status (not certified or allocated yet)",
+			modify:      func(w *world) { w.bs.Status.Pods[0].Ready = false },
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "pod demo-abc of replica 0 is being set up"},
+		},
+		{
+			name:        "pod controlled by another sandbox of the same name",
+			modify:      func(w *world) { w.pod.OwnerReferences[0].UID = "older-bs-uid" },
+			wantErr:     notReady,
+			wantMessage: []string{"is not ready", "no longer belongs to the sandbox"},
 		},
 		{
 			name:        "missing BatchSandbox",
@@ -224,26 +231,6 @@ func TestResolve(t *testing.T) {
 			wantErr:     notReady,
 			wantMessage: []string{"is not ready", "no longer belongs to the sandbox"},
 		},
-		{
-			name:        "token secret missing",
-			modify:      func(w *world) { w.secret = nil },
-			wantErr:     notReady,
-			wantMessage: []string{"is not ready", "its execd token is missing"},
-		},
-		{
-			name:        "token empty",
-			modify:      func(w *world) { w.secret.Data[controlv1alpha1.ExecdTokenKey] = nil },
-			wantErr:     notReady,
-			wantMessage: []string{"is not ready", "its execd token is empty"},
-		},
-		{
-			name: "token under another key",
-			modify: func(w *world) {
-				w.secret.Data = map[string][]byte{"password": []byte("s3cret")}
-			},
-			wantErr:     notReady,
-			wantMessage: []string{"is not ready", "its execd token is empty"},
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -276,9 +263,6 @@ func TestResolve(t *testing.T) {
 					t.Errorf("message %q does not contain %q", err.Error(), s)
 				}
 			}
-			if strings.Contains(err.Error(), "s3cret") {
-				t.Errorf("message %q contains the token", err.Error())
-			}
 		})
 	}
 }
@@ -287,58 +271,5 @@ func TestResolveOtherNamespace(t *testing.T) {
 	_, err := newResolver(t, readyWorld()).Resolve(context.Background(), "other", testName, 0)
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("Resolve() in another namespace: %v, want NotFound", err)
-	}
-}
-
-func TestEndpointURL(t *testing.T) {
-	ep := &Endpoint{Host: "10.0.0.7:44771", Token: "s3cret", Pod: "demo-abc"}
-	tests := []struct {
-		name string
-		path string
-		q    url.Values
-		want url.Values
-	}{
-		{
-			name: "token only",
-			path: "/healthz",
-			q:    url.Values{},
-			want: url.Values{"token": {"s3cret"}},
-		},
-		{
-			name: "other params are kept",
-			path: "/exec",
-			q:    url.Values{"command": {"sh", "-c", "echo a&b=c"}, "output": {"1"}},
-			want: url.Values{"command": {"sh", "-c", "echo a&b=c"}, "output": {"1"}, "token": {"s3cret"}},
-		},
-		{
-			name: "a token from the caller is replaced",
-			path: "/exec",
-			q:    url.Values{"token": {"forged", "again"}},
-			want: url.Values{"token": {"s3cret"}},
-		},
-		{
-			name: "nil query",
-			path: "/healthz",
-			want: url.Values{"token": {"s3cret"}},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var u *url.URL
-			func() {
-				defer func() {
-					if r := recover(); r != nil {
-						t.Fatalf("URL() panicked: %v", r)
-					}
-				}()
-				u = ep.URL(tt.path, tt.q)
-			}()
-			if u.Scheme != "http" || u.Host != "10.0.0.7:44771" || u.Path != tt.path {
-				t.Errorf("URL() = %s, want http://10.0.0.7:44771%s", u, tt.path)
-			}
-			if diff := cmp.Diff(tt.want, u.Query()); diff != "" {
-				t.Errorf("URL() query (-want +got):\n%s", diff)
-			}
-		})
 	}
 }

@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +16,7 @@ import (
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/util/compatibility"
+	"k8s.io/client-go/kubernetes"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -22,6 +25,9 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/openapi"
 	sandboxregistry "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/registry/sandbox"
+	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 )
 
 // Options are the flags of sandbox-apiserver.
@@ -32,20 +38,36 @@ type Options struct {
 	MaxSandboxTimeout time.Duration
 	// MaxUploadBytes bounds uploads through the files subresource.
 	MaxUploadBytes int64
+	// PodSecurityLevel is the platform's pod security level for sandbox templates.
+	PodSecurityLevel string
+	// PKISecret (NAMESPACE/NAME) holds this server's certificate and the kube-sandbox CA.
+	PKISecret string
+	// ServePKISecret serves the certificate of PKISecret rather than --tls-cert-file.
+	ServePKISecret bool
+	// FilesResponseHeaderTimeout and ProxyResponseHeaderTimeout bound the wait for a
+	// sandbox's answer to a files and a proxy request.
+	FilesResponseHeaderTimeout time.Duration
+	ProxyResponseHeaderTimeout time.Duration
 }
 
-// NewOptions returns the defaults. The server stores nothing, so it has no etcd; admission and
-// priority-and-fairness are left to the kube-apiserver in front of it.
+// NewOptions returns the defaults. The server stores nothing, so it has no etcd; it admits
+// sandboxes itself (package admission) rather than through admission plugins; API Priority and
+// Fairness shares its capacity between users, with the kube-apiserver's FlowSchemas.
 func NewOptions() *Options {
 	o := &Options{
-		RecommendedOptions: genericoptions.NewRecommendedOptions("", Codecs.LegacyCodec(sandboxv1alpha1.SchemeGroupVersion)),
-		Logs:               logsapi.NewLoggingConfiguration(),
-		MaxSandboxTimeout:  24 * time.Hour,
-		MaxUploadBytes:     1 << 30,
+		RecommendedOptions:         genericoptions.NewRecommendedOptions("", Codecs.LegacyCodec(sandboxv1alpha1.SchemeGroupVersion)),
+		Logs:                       logsapi.NewLoggingConfiguration(),
+		MaxSandboxTimeout:          24 * time.Hour,
+		MaxUploadBytes:             1 << 30,
+		PodSecurityLevel:           admission.DefaultLevel,
+		PKISecret:                  "kube-sandbox-system/" + pki.DefaultAPIServerSecret,
+		ServePKISecret:             true,
+		FilesResponseHeaderTimeout: 30 * time.Second,
+		ProxyResponseHeaderTimeout: time.Minute,
 	}
 	o.RecommendedOptions.Etcd = nil
 	o.RecommendedOptions.Admission = nil
-	o.RecommendedOptions.Features.EnablePriorityAndFairness = false
+	o.RecommendedOptions.Features.EnablePriorityAndFairness = true
 	o.RecommendedOptions.SecureServing.BindPort = 9443
 	return o
 }
@@ -64,6 +86,16 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"The longest lifetime a sandbox may ask for (spec.timeoutSeconds), and how far ahead a renewal may move its expiry. 0: no maximum.")
 	fss.FlagSet("sandboxes").Int64Var(&o.MaxUploadBytes, "max-upload-bytes", o.MaxUploadBytes,
 		"The largest file an upload through the files subresource may write (413 past it). 0: only sandbox-execd's own limit.")
+	fss.FlagSet("sandboxes").StringVar(&o.PodSecurityLevel, "pod-security-level", o.PodSecurityLevel,
+		"The pod security level (privileged, baseline or restricted, optionally :VERSION) a sandbox's template is held to, or its namespace's pod-security.kubernetes.io/enforce level where that is stricter. A template that needs more, or that uses a service account, a token, a Secret, a ConfigMap or a volume of the namespace, needs its creator to be allowed to create pods in the namespace.")
+	fss.FlagSet("sandboxes").DurationVar(&o.FilesResponseHeaderTimeout, "files-response-header-timeout", o.FilesResponseHeaderTimeout,
+		"How long a files request waits for sandbox-execd to start its answer (504 after).")
+	fss.FlagSet("sandboxes").DurationVar(&o.ProxyResponseHeaderTimeout, "proxy-response-header-timeout", o.ProxyResponseHeaderTimeout,
+		"How long a proxy request waits for the sandbox's server to start its answer (504 after), so that a sandbox that never answers holds no request.")
+	fss.FlagSet("sandbox-execd").StringVar(&o.PKISecret, "pki-secret", o.PKISecret,
+		"Secret (NAMESPACE/NAME) with this server's certificate (tls.crt, tls.key), which it presents to sandbox-execd and serves, and the kube-sandbox CA (ca.crt), which sandbox pods' certificates chain to. sandbox-controller (or cert-manager) keeps it current; it is watched.")
+	fss.FlagSet("sandbox-execd").BoolVar(&o.ServePKISecret, "serve-pki-secret", o.ServePKISecret,
+		"Serve the certificate of --pki-secret, which the APIService's caBundle verifies. false: serve --tls-cert-file (or a self-signed certificate in --cert-dir).")
 	return fss
 }
 
@@ -77,6 +109,15 @@ func (o *Options) Validate() error {
 	errs := o.RecommendedOptions.Validate()
 	if o.MaxSandboxTimeout != 0 && o.MaxSandboxTimeout < sandboxregistry.MinTimeoutSeconds*time.Second {
 		errs = append(errs, fmt.Errorf("--max-sandbox-timeout must be 0 or at least %ds", sandboxregistry.MinTimeoutSeconds))
+	}
+	if _, err := admission.ParseLevel(o.PodSecurityLevel); err != nil {
+		errs = append(errs, fmt.Errorf("--pod-security-level: %w", err))
+	}
+	if ns, name, ok := strings.Cut(o.PKISecret, "/"); !ok || ns == "" || name == "" {
+		errs = append(errs, fmt.Errorf("--pki-secret %q: want NAMESPACE/NAME", o.PKISecret))
+	}
+	if o.FilesResponseHeaderTimeout <= 0 || o.ProxyResponseHeaderTimeout <= 0 {
+		errs = append(errs, errors.New("--files-response-header-timeout and --proxy-response-header-timeout must be positive"))
 	}
 	if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
 		errs = append(errs, err)
@@ -109,15 +150,35 @@ func (o *Options) Config() (*Config, error) {
 	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
 		return nil, err
 	}
+	ns, name, _ := strings.Cut(o.PKISecret, "/")
+	creds, err := sandboxconn.NewCredentials(ns, name)
+	if err != nil {
+		return nil, err
+	}
+	if o.ServePKISecret {
+		serverConfig.SecureServing.Cert = creds
+	}
+	level, err := admission.ParseLevel(o.PodSecurityLevel)
+	if err != nil {
+		return nil, err
+	}
 	return &Config{
 		GenericConfig: serverConfig,
 		ExtraConfig: ExtraConfig{
-			BackendConfig:  serverConfig.ClientConfig,
-			Limits:         sandboxregistry.Limits{MaxTimeout: o.MaxSandboxTimeout},
-			MaxUploadBytes: o.MaxUploadBytes,
+			BackendConfig:              serverConfig.ClientConfig,
+			Limits:                     sandboxregistry.Limits{MaxTimeout: o.MaxSandboxTimeout},
+			MaxUploadBytes:             o.MaxUploadBytes,
+			PodSecurityLevel:           level,
+			Credentials:                creds,
+			FilesResponseHeaderTimeout: o.FilesResponseHeaderTimeout,
+			ProxyResponseHeaderTimeout: o.ProxyResponseHeaderTimeout,
 		},
 	}, nil
 }
+
+// credentialsWait bounds how long the server waits for its certificate Secret before it serves
+// (a self-signed certificate, which the aggregator refuses, until the Secret comes).
+const credentialsWait = 10 * time.Second
 
 // Run starts the server and blocks until ctx is done.
 func (o *Options) Run(ctx context.Context) error {
@@ -129,6 +190,12 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Before serving: the serving certificate comes from the Secret.
+	kube, err := kubernetes.NewForConfig(config.ExtraConfig.BackendConfig)
+	if err != nil {
+		return err
+	}
+	config.ExtraConfig.Credentials.Start(ctx, kube, credentialsWait)
 	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
 }
 
@@ -140,8 +207,10 @@ func NewCommand(ctx context.Context) *cobra.Command {
 		Short: "Serve the sandboxes API (sandbox.kube-sandbox.io) as an aggregated API server",
 		Long: `sandbox-apiserver serves sandboxes, a virtual resource over the BatchSandbox CRD, behind the
 kube-apiserver through an APIService. It stores nothing itself. Its subresources stream
-commands to sandbox-execd in the sandbox pods. Authentication and authorization are delegated
-to the kube-apiserver, so Kubernetes RBAC decides who may do what to which sandbox.`,
+commands, files and HTTP to sandbox-execd in the sandbox pods, over mutual TLS with the
+certificate of --pki-secret, verifying that each pod's execd is that pod's. Authentication
+and authorization are delegated to the kube-apiserver, so Kubernetes RBAC decides who may do
+what to which sandbox; a sandbox's template is admitted as a pod would be (--pod-security-level).`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logs.InitLogs()

@@ -3,24 +3,28 @@
 package server
 
 import (
+	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/pod-security-admission/api"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	sandboxregistry "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/registry/sandbox"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
 
 // ExtraConfig is what sandbox-apiserver needs beyond a generic API server.
@@ -31,6 +35,14 @@ type ExtraConfig struct {
 	Limits sandboxregistry.Limits
 	// MaxUploadBytes bounds uploads through the files subresource; 0: no bound here.
 	MaxUploadBytes int64
+	// PodSecurityLevel is the platform's pod security level for templates.
+	PodSecurityLevel api.LevelVersion
+	// Credentials are what this server presents to execd and trusts of it.
+	Credentials *sandboxconn.Credentials
+	// FilesResponseHeaderTimeout and ProxyResponseHeaderTimeout bound the wait for a
+	// sandbox's answers.
+	FilesResponseHeaderTimeout time.Duration
+	ProxyResponseHeaderTimeout time.Duration
 }
 
 // Config is the configuration of sandbox-apiserver.
@@ -89,15 +101,43 @@ func (c completedConfig) New() (*SandboxServer, error) {
 		return nil, fmt.Errorf("backend client: %w", err)
 	}
 
+	// Namespaces (their pod security labels) and Pools, read on every create, from a cache.
+	informers, err := cache.New(backendConfig, cache.Options{Scheme: backendScheme})
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	genericServer.AddPostStartHookOrDie("sandbox-informers", func(ctx genericapiserver.PostStartHookContext) error {
+		for _, obj := range []client.Object{&corev1.Namespace{}, &controlv1alpha1.Pool{}} {
+			if _, err := informers.GetInformer(ctx, obj); err != nil {
+				return err
+			}
+		}
+		go func() { _ = informers.Start(ctx) }()
+		if !informers.WaitForCacheSync(ctx) {
+			return errors.New("the caches of namespaces and pools did not sync")
+		}
+		return nil
+	})
+	checker, err := admission.NewChecker(c.ExtraConfig.PodSecurityLevel)
+	if err != nil {
+		return nil, err
+	}
+	admitter := &sandboxregistry.Admitter{Checker: checker, Reader: informers, Authorizer: c.GenericConfig.Authorization.Authorizer}
+
 	clk := clock.RealClock{}
 	limits := c.ExtraConfig.Limits
-	sandboxes := sandboxregistry.NewREST(backend, limits, clk)
+	sandboxes := sandboxregistry.NewREST(backend, limits, clk, admitter)
 	renewer := sandboxregistry.NewRenewer(backend, clk)
+	creds := c.ExtraConfig.Credentials
+	if creds == nil {
+		return nil, fmt.Errorf("no credentials for sandbox-execd")
+	}
 	access := sandboxregistry.Access{
-		Resolver:   &sandboxconn.KubeResolver{Client: backend},
-		Authorizer: c.GenericConfig.Authorization.Authorizer,
-		Transport:  podTransport(),
-		Renewer:    renewer,
+		Resolver:       &sandboxconn.KubeResolver{Client: backend},
+		Authorizer:     c.GenericConfig.Authorization.Authorizer,
+		Transport:      execdclient.NewTransport(creds, execdclient.Options{ResponseHeaderTimeout: c.ExtraConfig.FilesResponseHeaderTimeout, MaxIdleConnsPerHost: 4}),
+		ProxyTransport: execdclient.NewTransport(creds, execdclient.Options{ResponseHeaderTimeout: c.ExtraConfig.ProxyResponseHeaderTimeout, MaxIdleConnsPerHost: 4}),
+		Renewer:        renewer,
 	}
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(sandboxv1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
 	apiGroupInfo.VersionedResourcesStorageMap[sandboxv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
@@ -112,15 +152,4 @@ func (c completedConfig) New() (*SandboxServer, error) {
 		return nil, err
 	}
 	return &SandboxServer{GenericAPIServer: genericServer}, nil
-}
-
-// podTransport dials execd in sandbox pods. Pods are on the cluster network, so no proxy from
-// the environment applies.
-func podTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 4,
-		IdleConnTimeout:     90 * time.Second,
-	}
 }

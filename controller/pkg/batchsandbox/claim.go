@@ -6,22 +6,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
-	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
 
-// Claimer gives the execd of an allocated pool pod to its sandbox (see claimapi).
+// Claimer gives the execd of a pod to its sandbox (see execdapi.ClaimPath).
 type Claimer interface {
-	// Claim presents poolToken to the pod's execd. An error of type *ClaimRejected means execd
-	// refused the claim as it is; other errors are worth a retry.
-	Claim(ctx context.Context, pod *corev1.Pod, poolToken string, req *claimapi.Request) (*claimapi.Response, error)
+	// Claim claims the pod's execd, verified as that pod's. An error of type *ClaimRejected
+	// means execd refused the claim as it is; other errors are worth a retry.
+	Claim(ctx context.Context, pod *corev1.Pod, req *execdapi.ClaimRequest) (*execdapi.ClaimResponse, error)
 }
 
 // ClaimRejected: execd answered with a client error; repeating the same claim will not help.
@@ -38,26 +36,26 @@ func (e *ClaimRejected) Error() string {
 // claimTimeout bounds one claim: execd answers at once unless the pod's network is gone.
 const claimTimeout = 5 * time.Second
 
-// HTTPClaimer claims execd over the pod network, at the pod IP and ExecdPort.
+// HTTPClaimer claims execd over the pod network with mutual TLS (package execdclient).
 type HTTPClaimer struct {
 	Client *http.Client
-	// Port overrides ExecdPort (tests).
+	// Port overrides execdapi.Port (tests).
 	Port int
 }
 
 var _ Claimer = &HTTPClaimer{}
 
-// NewHTTPClaimer returns a claimer with its own connection pool: claims are small, many and to
-// many pods.
-func NewHTTPClaimer() *HTTPClaimer {
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = 2
-	transport.Proxy = nil // pod IPs, never through a proxy
-	return &HTTPClaimer{Client: &http.Client{Transport: transport, Timeout: claimTimeout}}
+// NewHTTPClaimer returns a claimer presenting and trusting creds, with its own connection
+// pool: claims are small, many and to many pods.
+func NewHTTPClaimer(creds execdclient.Credentials) *HTTPClaimer {
+	return &HTTPClaimer{Client: &http.Client{
+		Transport: execdclient.NewTransport(creds, execdclient.Options{ResponseHeaderTimeout: claimTimeout}),
+		Timeout:   claimTimeout,
+	}}
 }
 
 // Claim implements Claimer.
-func (c *HTTPClaimer) Claim(ctx context.Context, pod *corev1.Pod, poolToken string, req *claimapi.Request) (*claimapi.Response, error) {
+func (c *HTTPClaimer) Claim(ctx context.Context, pod *corev1.Pod, req *execdapi.ClaimRequest) (*execdapi.ClaimResponse, error) {
 	if pod.Status.PodIP == "" {
 		return nil, fmt.Errorf("pod %s has no IP yet", pod.Name)
 	}
@@ -65,17 +63,13 @@ func (c *HTTPClaimer) Claim(ctx context.Context, pod *corev1.Pod, poolToken stri
 	if err != nil {
 		return nil, err
 	}
-	port := c.Port
-	if port == 0 {
-		port = controlv1alpha1.ExecdPort
-	}
-	url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)) + claimapi.Path
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	target := execdclient.Target{PodIP: pod.Status.PodIP, PodUID: string(pod.UID), Port: c.Port}
+	httpReq, err := http.NewRequestWithContext(execdclient.WithTarget(ctx, target), http.MethodPost,
+		execdclient.URL(target, execdapi.ClaimPath, "").String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	httpReq.Header.Set("Content-Type", "application/json")
-	httpReq.Header.Set("Authorization", "Bearer "+poolToken)
 	resp, err := c.Client.Do(httpReq)
 	if err != nil {
 		return nil, fmt.Errorf("claim execd of pod %s: %w", pod.Name, err)
@@ -84,7 +78,7 @@ func (c *HTTPClaimer) Claim(ctx context.Context, pod *corev1.Pod, poolToken stri
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	switch {
 	case resp.StatusCode == http.StatusOK:
-		out := &claimapi.Response{}
+		out := &execdapi.ClaimResponse{}
 		if err := json.Unmarshal(data, out); err != nil {
 			return nil, fmt.Errorf("claim execd of pod %s: decode answer: %w", pod.Name, err)
 		}

@@ -9,7 +9,6 @@ import (
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
 )
 
 // podName is the name of a replica's pod in direct mode: deterministic, so that creating it
@@ -20,8 +19,8 @@ func podName(bs *controlv1alpha1.BatchSandbox, replica int32) string {
 
 // buildPod makes the pod of one replica from the template: execd is installed by an init
 // container into an emptyDir and wraps the entrypoint of the first container, so any image
-// works unchanged.
-func buildPod(bs *controlv1alpha1.BatchSandbox, replica int32, execdImage string) *corev1.Pod {
+// works unchanged; it trusts clientCA and serves the sandbox from the start.
+func buildPod(bs *controlv1alpha1.BatchSandbox, replica int32, execdImage string, clientCA []byte) *corev1.Pod {
 	tmpl := bs.Spec.Template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -40,17 +39,12 @@ func buildPod(bs *controlv1alpha1.BatchSandbox, replica int32, execdImage string
 	pod.Labels[controlv1alpha1.LabelBatchSandbox] = bs.Name
 	pod.Labels[controlv1alpha1.LabelReplica] = strconv.Itoa(int(replica))
 	pod.Labels[controlv1alpha1.LabelManagedBy] = controlv1alpha1.ManagedByController
-
-	// The sandbox's identity comes first, so that its own env may still override it.
-	env := []corev1.EnvVar{
-		{Name: claimapi.EnvSandboxName, Value: bs.Name},
-		{Name: claimapi.EnvSandboxNamespace, Value: bs.Namespace},
-	}
 	sandboxpod.Inject(&pod.Spec, sandboxpod.Options{
-		ExecdImage:  execdImage,
-		Entrypoint:  bs.Spec.Entrypoint,
-		Env:         append(env, bs.Spec.Env...),
-		TokenSecret: controlv1alpha1.TokenSecretName(bs.Name),
+		ExecdImage: execdImage,
+		ClientCA:   clientCA,
+		Sandbox:    &sandboxpod.Sandbox{UID: string(bs.UID), Namespace: bs.Namespace, Name: bs.Name},
+		Entrypoint: bs.Spec.Entrypoint,
+		Env:        bs.Spec.Env,
 	})
 	return pod
 }

@@ -29,46 +29,73 @@ func minimalBatchSandbox() *controlv1alpha1.BatchSandbox {
 	}
 }
 
-// tokenEnv is the env var that hands execd its token, read from the sandbox's Secret.
-func tokenEnv(bsName string) corev1.EnvVar {
-	return corev1.EnvVar{
-		Name: controlv1alpha1.ExecdTokenEnv,
-		ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: bsName + "-execd-token"},
-			Key:                  controlv1alpha1.ExecdTokenKey,
-		}},
+// testClientCA stands for the kube-sandbox CA's PEM that execd trusts.
+var testClientCA = []byte("-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n")
+
+// identityEnv is what execd learns of its sandbox and of the CA, last in the env.
+func identityEnv() []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: "SANDBOX_UID", Value: "demo-uid"},
+		{Name: "SANDBOX_NAME", Value: "demo"},
+		{Name: "SANDBOX_NAMESPACE", Value: "team-a"},
+		{Name: "SANDBOX_EXECD_CLIENT_CA", Value: string(testClientCA)},
 	}
 }
 
-// execdMount is how the sandbox container sees the execd binary: read-only, so user code
-// cannot replace the process that guards it.
-func execdMount() corev1.VolumeMount {
-	return corev1.VolumeMount{Name: controlv1alpha1.ExecdVolumeName, MountPath: controlv1alpha1.ExecdMountPath, ReadOnly: true}
+// execdMounts is how the sandbox container sees execd: its binary read-only, so user code
+// cannot replace the process that guards it; its state; its pod's identity token.
+func execdMounts() []corev1.VolumeMount {
+	return []corev1.VolumeMount{
+		{Name: "kube-sandbox-execd", MountPath: "/.kube-sandbox/bin", ReadOnly: true},
+		{Name: "kube-sandbox-execd-state", MountPath: "/.kube-sandbox/run"},
+		{Name: "kube-sandbox-identity", MountPath: "/.kube-sandbox/identity", ReadOnly: true},
+	}
 }
 
-func execdVolume() corev1.Volume {
-	return corev1.Volume{
-		Name: controlv1alpha1.ExecdVolumeName,
-		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+func execdVolumes() []corev1.Volume {
+	return []corev1.Volume{
+		{Name: "kube-sandbox-execd", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 			SizeLimit: ptr.To(resource.MustParse("64Mi")),
-		}},
+		}}},
+		{Name: "kube-sandbox-execd-state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi")),
+		}}},
+		{Name: "kube-sandbox-identity", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				Audience: "execd.kube-sandbox.io", ExpirationSeconds: ptr.To[int64](3600), Path: "token",
+			}}},
+		}}},
 	}
 }
 
 func installContainer() corev1.Container {
 	return corev1.Container{
-		Name:    controlv1alpha1.ExecdInitContainerName,
+		Name:    "kube-sandbox-install-execd",
 		Image:   testExecdImage,
-		Command: []string{"/usr/local/bin/sandbox-execd", "install", "--to", controlv1alpha1.ExecdBinary},
+		Command: []string{"/usr/local/bin/sandbox-execd", "install", "--to", "/.kube-sandbox/bin/sandbox-execd"},
 		VolumeMounts: []corev1.VolumeMount{{
-			Name:      controlv1alpha1.ExecdVolumeName,
-			MountPath: controlv1alpha1.ExecdMountPath,
+			Name:      "kube-sandbox-execd",
+			MountPath: "/.kube-sandbox/bin",
 		}},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
 		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532),
+			AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
+// hardened is the security context every container of a sandbox gets unless it says otherwise.
+func hardened() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}},
 	}
 }
 
@@ -76,7 +103,7 @@ func defaultReadinessProbe() *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 			Path: "/readyz",
-			Port: intstr.FromInt32(controlv1alpha1.ExecdPort),
+			Port: intstr.FromInt32(44772),
 		}},
 		PeriodSeconds:    1,
 		FailureThreshold: 3,
@@ -108,17 +135,19 @@ func minimalPod() *corev1.Pod {
 		Spec: corev1.PodSpec{
 			InitContainers: []corev1.Container{installContainer()},
 			Containers: []corev1.Container{{
-				Name:           "main",
-				Image:          "busybox",
-				Command:        []string{controlv1alpha1.ExecdBinary, "serve", "--"},
-				Env:            []corev1.EnvVar{{Name: "SANDBOX_NAME", Value: "demo"}, {Name: "SANDBOX_NAMESPACE", Value: "team-a"}, tokenEnv("demo")},
-				VolumeMounts:   []corev1.VolumeMount{execdMount()},
-				ReadinessProbe: defaultReadinessProbe(),
+				Name:            "main",
+				Image:           "busybox",
+				Command:         []string{"/.kube-sandbox/bin/sandbox-execd", "serve", "--"},
+				Env:             identityEnv(),
+				VolumeMounts:    execdMounts(),
+				ReadinessProbe:  defaultReadinessProbe(),
+				SecurityContext: hardened(),
 			}},
-			Volumes:                       []corev1.Volume{execdVolume()},
+			Volumes:                       execdVolumes(),
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
+			SecurityContext:               &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		},
 	}
 }
@@ -168,7 +197,7 @@ func TestBuildPod(t *testing.T) {
 				bs.Spec.Entrypoint = []string{"python", "-m", "http.server"}
 			},
 			want: func(p *corev1.Pod) {
-				p.Spec.Containers[0].Command = []string{controlv1alpha1.ExecdBinary, "serve", "--", "python", "-m", "http.server"}
+				p.Spec.Containers[0].Command = []string{"/.kube-sandbox/bin/sandbox-execd", "serve", "--", "python", "-m", "http.server"}
 			},
 		},
 		{
@@ -179,23 +208,20 @@ func TestBuildPod(t *testing.T) {
 				c.Args = []string{"-c", "sleep 1"}
 			},
 			want: func(p *corev1.Pod) {
-				p.Spec.Containers[0].Command = []string{controlv1alpha1.ExecdBinary, "serve", "--", "sh", "-c", "sleep 1"}
+				p.Spec.Containers[0].Command = []string{"/.kube-sandbox/bin/sandbox-execd", "serve", "--", "sh", "-c", "sleep 1"}
 			},
 		},
 		{
-			name: "env is template env, the sandbox's identity, spec env, then the token",
+			name: "env is template env, spec env, then the sandbox's identity and the CA, which nothing overrides",
 			bs: func(bs *controlv1alpha1.BatchSandbox) {
 				bs.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "FROM_TEMPLATE", Value: "1"}}
 				bs.Spec.Env = []corev1.EnvVar{{Name: "FROM_SPEC", Value: "2"}}
 			},
 			want: func(p *corev1.Pod) {
-				p.Spec.Containers[0].Env = []corev1.EnvVar{
+				p.Spec.Containers[0].Env = append([]corev1.EnvVar{
 					{Name: "FROM_TEMPLATE", Value: "1"},
-					{Name: "SANDBOX_NAME", Value: "demo"},
-					{Name: "SANDBOX_NAMESPACE", Value: "team-a"},
 					{Name: "FROM_SPEC", Value: "2"},
-					tokenEnv("demo"),
-				}
+				}, identityEnv()...)
 			},
 		},
 		{
@@ -209,13 +235,12 @@ func TestBuildPod(t *testing.T) {
 			want: func(p *corev1.Pod) {
 				p.Spec.InitContainers = []corev1.Container{
 					installContainer(),
-					{Name: "setup", Image: "busybox", Command: []string{"touch", "/data/x"}},
+					{Name: "setup", Image: "busybox", Command: []string{"touch", "/data/x"}, SecurityContext: hardened()},
 				}
-				p.Spec.Volumes = []corev1.Volume{
+				p.Spec.Volumes = append([]corev1.Volume{
 					{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-					execdVolume(),
-				}
-				p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}, execdMount()}
+				}, execdVolumes()...)
+				p.Spec.Containers[0].VolumeMounts = append([]corev1.VolumeMount{{Name: "data", MountPath: "/data"}}, execdMounts()...)
 			},
 		},
 		{
@@ -253,7 +278,28 @@ func TestBuildPod(t *testing.T) {
 			want: func(p *corev1.Pod) {
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
 					Name: "sidecar", Image: "envoy", Command: []string{"envoy"}, Args: []string{"-c", "/etc/envoy.yaml"},
+					SecurityContext: hardened(),
 				})
+			},
+		},
+		{
+			name: "a container's own security settings are kept; a privileged one is left alone",
+			bs: func(bs *controlv1alpha1.BatchSandbox) {
+				spec := &bs.Spec.Template.Spec
+				spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("p.json")}}
+				spec.Containers[0].SecurityContext = &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Add: []corev1.Capability{"NET_RAW"}},
+				}
+				spec.Containers = append(spec.Containers, corev1.Container{Name: "priv", Image: "x", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}})
+			},
+			want: func(p *corev1.Pod) {
+				p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("p.json")}}
+				p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Add: []corev1.Capability{"NET_RAW"}},
+				}
+				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "priv", Image: "x", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}})
 			},
 		},
 	}
@@ -267,7 +313,7 @@ func TestBuildPod(t *testing.T) {
 			if tc.want != nil {
 				tc.want(want)
 			}
-			got := buildPod(bs, tc.replica, testExecdImage)
+			got := buildPod(bs, tc.replica, testExecdImage, testClientCA)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("buildPod() mismatch (-want +got):\n%s", diff)
 			}
@@ -326,8 +372,8 @@ func TestBuildPodDoesNotMutateBatchSandbox(t *testing.T) {
 			}
 			before := bs.DeepCopy()
 
-			p0 := buildPod(bs, 0, testExecdImage)
-			p1 := buildPod(bs, 1, testExecdImage)
+			p0 := buildPod(bs, 0, testExecdImage, testClientCA)
+			p1 := buildPod(bs, 1, testExecdImage, testClientCA)
 			if diff := cmp.Diff(before, bs); diff != "" {
 				t.Fatalf("buildPod() changed the BatchSandbox (-before +after):\n%s", diff)
 			}

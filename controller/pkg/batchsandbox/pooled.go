@@ -20,8 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // parallelWrites bounds the allocations (and claims) one reconcile makes at once: a
@@ -32,9 +33,9 @@ const parallelWrites = 16
 // reconcilePooled keeps one pod of the pool per replica. A pod is allocated by one write: the
 // sandbox's labels and controller reference on the idle pod, with its resourceVersion as
 // precondition, so no pod is ever given to two sandboxes; then its execd is claimed for the
-// sandbox (token, env, entrypoint). Lost pods (deleted, evicted, failed) are replaced from
-// the pool, surplus ones are released.
-func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.BatchSandbox, token func() (string, error), result reconcile.Result) (reconcile.Result, error) {
+// sandbox (env, entrypoint). Lost pods (deleted, evicted, failed) are replaced from the pool,
+// surplus ones are released.
+func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.BatchSandbox, result reconcile.Result) (reconcile.Result, error) {
 	desired := replicas(bs)
 	pods, err := r.listPods(ctx, bs)
 	if err != nil {
@@ -82,7 +83,7 @@ func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.Ba
 	}
 	r.reportLost(bs, byReplica, desired)
 
-	claimed, claimFailure, claimErr := r.claimAll(ctx, bs, token, byReplica)
+	claimed, claimFailure, claimErr := r.claimAll(ctx, bs, byReplica)
 	if failure == nil {
 		failure = claimFailure
 	}
@@ -106,6 +107,10 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 		}
 		problem := &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPoolNotFound, Pending: true,
 			Message: fmt.Sprintf("pool %q does not exist in namespace %q: create it (the sandbox then gets its pods) or delete the sandbox", poolName, bs.Namespace)}
+		r.eventOnce(bs, problem, corev1.EventTypeWarning, "Allocate")
+		return problem, nil
+	}
+	if problem := poolNotAllowed(bs, pool); problem != nil {
 		r.eventOnce(bs, problem, corev1.EventTypeWarning, "Allocate")
 		return problem, nil
 	}
@@ -252,10 +257,28 @@ func (r *Reconciler) allocateOne(ctx context.Context, bs *controlv1alpha1.BatchS
 	return pod, nil
 }
 
-// claimAll claims execd of every ready pod whose current container has not accepted the
-// allocation yet (new pods, and containers that restarted since). It returns the runtime ID
-// that accepted it per replica, a problem to report, and an error worth a retry.
-func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSandbox, sandboxToken func() (string, error), byReplica map[int32]*corev1.Pod) (map[int32]string, *sandboxpod.Problem, error) {
+// poolNotAllowed says why a sandbox may not have the pool's pods, or nil: the pool refuses its
+// own template, or it makes pods of the namespace's level and the sandbox was not admitted for
+// those.
+func poolNotAllowed(bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool) *sandboxpod.Problem {
+	if c := meta.FindStatusCondition(pool.Status.Conditions, controlv1alpha1.PoolConditionReady); c != nil &&
+		c.Reason == controlv1alpha1.ReasonTemplateRefused && c.ObservedGeneration == pool.Generation {
+		return &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPoolNotAllowed, Pending: true,
+			Message: fmt.Sprintf("pool %q refuses its own template: %s", pool.Name, c.Message)}
+	}
+	if pool.Spec.PodSecurity == controlv1alpha1.PodSecurityNamespace &&
+		bs.Annotations[controlv1alpha1.AnnotationPodSecurity] != string(controlv1alpha1.PodSecurityNamespace) {
+		return &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPoolNotAllowed, Pending: true,
+			Message: fmt.Sprintf("pool %q makes pods of the namespace's pod security level (podSecurity: Namespace), which only sandboxes of users who may create pods get", pool.Name)}
+	}
+	return nil
+}
+
+// claimAll makes sure that the execd of every ready pod whose current container is not recorded
+// yet (new pods, and containers that restarted since) serves its pod's certificate (package
+// identity) and, for a pooled sandbox, belongs to the sandbox (a claim: env, entrypoint). It
+// returns the runtime ID recorded per replica, a problem to report, and an error worth a retry.
+func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod) (map[int32]string, *sandboxpod.Problem, error) {
 	claimed := map[int32]string{}
 	var todo []int32
 	for i, p := range byReplica {
@@ -271,29 +294,21 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 	if len(todo) == 0 {
 		return claimed, nil, nil
 	}
-	poolToken, err := r.poolToken(ctx, bs)
-	if err != nil {
-		return claimed, nil, err
-	}
-	token, err := sandboxToken()
-	if err != nil {
-		return claimed, nil, err
-	}
-	req := &claimapi.Request{
-		SandboxUID: string(bs.UID), Namespace: bs.Namespace, Name: bs.Name, Token: token,
-		Entrypoint: bs.Spec.Entrypoint,
-	}
-	for _, e := range bs.Spec.Env {
-		// execd sets these itself (and refuses a claim that sets them); the aggregated API
-		// refuses them, a BatchSandbox written directly may still carry them.
-		if e.Name == claimapi.EnvSandboxName || e.Name == claimapi.EnvSandboxNamespace {
-			continue
+	var req *execdapi.ClaimRequest
+	if bs.Spec.PoolRef != nil {
+		req = &execdapi.ClaimRequest{SandboxUID: string(bs.UID), Namespace: bs.Namespace, Name: bs.Name, Entrypoint: bs.Spec.Entrypoint}
+		for _, e := range bs.Spec.Env {
+			// execd sets these itself (and refuses a claim that sets them); the aggregated API
+			// refuses them, a BatchSandbox written directly may still carry them.
+			if _, reserved := execdapi.ReservedEnv(e.Name); reserved {
+				continue
+			}
+			req.Env = append(req.Env, execdapi.EnvVar{Name: e.Name, Value: e.Value})
 		}
-		req.Env = append(req.Env, claimapi.EnvVar{Name: e.Name, Value: e.Value})
 	}
 	claimer := r.Claimer
 	if claimer == nil {
-		claimer = defaultClaimer
+		claimer = r.defaultClaimer()
 	}
 
 	var (
@@ -309,16 +324,26 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, err := claimer.Claim(ctx, p, poolToken, req)
+			err := r.Certifier.Ensure(ctx, p)
+			if err == nil && req != nil {
+				_, err = claimer.Claim(ctx, p, req)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			var rejected *ClaimRejected
+			var notThePod *identity.ErrNotThePod
 			switch {
 			case err == nil:
 				claimed[i] = sandboxpod.RuntimeID(p)
-			case errors.As(err, &rejected) && (rejected.StatusCode == http.StatusConflict || rejected.StatusCode == http.StatusUnauthorized):
-				// The pod's execd belongs to another sandbox or another pool token: it cannot be
-				// ours. Give it back (deleted) and take another.
+			case errors.As(err, &notThePod):
+				// Whatever answers at the pod's IP is not the pod: nothing of the sandbox goes there.
+				problem = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonIdentityFailed, Pending: true, Message: err.Error()}
+				if retryErr == nil {
+					retryErr = err
+				}
+			case errors.As(err, &rejected) && rejected.StatusCode == http.StatusConflict && req != nil:
+				// The pod's execd belongs to another sandbox: it cannot be ours. Give it back
+				// (deleted) and take another.
 				r.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonAllocateFailed, "Claim", "%v; replacing the pod", err)
 				r.release(ctx, bs, p, "its execd refused the allocation")
 				r.allocations.release(p.UID)
@@ -326,7 +351,7 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 				if retryErr == nil {
 					retryErr = err
 				}
-			case errors.As(err, &rejected):
+			case errors.As(err, &rejected) && rejected.StatusCode != http.StatusForbidden:
 				// The sandbox's own spec is at fault (an entrypoint that does not start, say).
 				problem = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonAllocateFailed, Message: err.Error()}
 			default:
@@ -346,20 +371,10 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 	return claimed, problem, retryErr
 }
 
-var defaultClaimer = NewHTTPClaimer()
-
-// poolToken reads the token the pool's idle pods started with.
-func (r *Reconciler) poolToken(ctx context.Context, bs *controlv1alpha1.BatchSandbox) (string, error) {
-	secret := &corev1.Secret{}
-	name := controlv1alpha1.PoolTokenSecretName(bs.Spec.PoolRef.Name)
-	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: bs.Namespace, Name: name}, secret); err != nil {
-		return "", fmt.Errorf("get pool token: %w", err)
-	}
-	token := string(secret.Data[controlv1alpha1.ExecdTokenKey])
-	if token == "" {
-		return "", fmt.Errorf("pool token secret %s/%s is empty", bs.Namespace, name)
-	}
-	return token, nil
+// defaultClaimer is made once, with the Authority's credentials.
+func (r *Reconciler) defaultClaimer() Claimer {
+	r.claimerOnce.Do(func() { r.claimer = NewHTTPClaimer(r.Authority) })
+	return r.claimer
 }
 
 // release gives a pod back per the pool's recycleStrategy; Delete, the only one, deletes it:
@@ -370,6 +385,7 @@ func (r *Reconciler) release(ctx context.Context, bs *controlv1alpha1.BatchSandb
 		return
 	}
 	log.FromContext(ctx).V(4).Info("releasing pod", "pod", p.Name, "why", why)
+	r.Certifier.Forget(p.UID)
 	if err := r.Client.Delete(ctx, p, ctrl.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		// The pod keeps the sandbox's labels, so the next reconcile tries again.
 		log.FromContext(ctx).Error(err, "releasing pod", "pod", p.Name)

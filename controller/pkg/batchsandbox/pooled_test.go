@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,8 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 const testPoolName = "py"
@@ -29,13 +31,12 @@ const testPoolName = "py"
 // fakeClaimer records claims and answers with err, or with a rejection for pods in reject.
 type fakeClaimer struct {
 	mu     sync.Mutex
-	claims map[string]claimapi.Request // by pod name
-	tokens map[string]string           // pool token presented, by pod name
-	reject map[string]int              // status code, by pod name
+	claims map[string]execdapi.ClaimRequest // by pod name
+	reject map[string]int                   // status code, by pod name
 	err    error
 }
 
-func (f *fakeClaimer) Claim(_ context.Context, pod *corev1.Pod, poolToken string, req *claimapi.Request) (*claimapi.Response, error) {
+func (f *fakeClaimer) Claim(_ context.Context, pod *corev1.Pod, req *execdapi.ClaimRequest) (*execdapi.ClaimResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -45,11 +46,10 @@ func (f *fakeClaimer) Claim(_ context.Context, pod *corev1.Pod, poolToken string
 		return nil, &ClaimRejected{Pod: pod.Name, StatusCode: code, Message: "refused"}
 	}
 	if f.claims == nil {
-		f.claims, f.tokens = map[string]claimapi.Request{}, map[string]string{}
+		f.claims = map[string]execdapi.ClaimRequest{}
 	}
 	f.claims[pod.Name] = *req
-	f.tokens[pod.Name] = poolToken
-	return &claimapi.Response{SandboxUID: req.SandboxUID}, nil
+	return &execdapi.ClaimResponse{SandboxUID: req.SandboxUID}, nil
 }
 
 func (f *fakeClaimer) claimedPods() []string {
@@ -70,15 +70,6 @@ func testPool() *controlv1alpha1.Pool {
 			Template:     corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "python"}}}},
 			CapacitySpec: controlv1alpha1.CapacitySpec{BufferMin: 2, BufferMax: 4, PoolMax: 10},
 		},
-	}
-}
-
-func poolToken() *corev1.Secret {
-	pool := testPool()
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: controlv1alpha1.PoolTokenSecretName(testPoolName), Namespace: testNamespace,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool, controlv1alpha1.SchemeGroupVersion.WithKind("Pool"))}},
-		Data: map[string][]byte{controlv1alpha1.ExecdTokenKey: []byte("pool-secret")},
 	}
 }
 
@@ -138,7 +129,7 @@ func (h *harness) allocatedPods() map[string]string {
 }
 
 func TestPooledAllocation(t *testing.T) {
-	h, claimer := newPooledHarness(t, nil, pooledBatchSandbox(2), testPool(), poolToken(),
+	h, claimer := newPooledHarness(t, nil, pooledBatchSandbox(2), testPool(),
 		idlePod("old-ready", false, true, 3*time.Hour),
 		idlePod("cur-young", true, true, time.Minute),
 		idlePod("cur-old", true, true, time.Hour),
@@ -164,19 +155,17 @@ func TestPooledAllocation(t *testing.T) {
 		t.Fatalf("claimed pods (-want +got):\n%s", diff)
 	}
 	bs := h.batchSandbox()
-	var token string
-	for _, s := range h.secrets() {
-		if s.Name == tokenName {
-			token = string(s.Data[controlv1alpha1.ExecdTokenKey])
-		}
-	}
-	want := claimapi.Request{SandboxUID: "demo-uid", Namespace: testNamespace, Name: testName, Token: token,
-		Entrypoint: []string{"python3", "-m", "http.server"}, Env: []claimapi.EnvVar{{Name: "GREETING", Value: "hi"}}}
-	if diff := cmp.Diff(want, claimer.claims["cur-old"]); diff != "" || token == "" {
+	want := execdapi.ClaimRequest{SandboxUID: "demo-uid", Namespace: testNamespace, Name: testName,
+		Entrypoint: []string{"python3", "-m", "http.server"}, Env: []execdapi.EnvVar{{Name: "GREETING", Value: "hi"}}}
+	if diff := cmp.Diff(want, claimer.claims["cur-old"]); diff != "" {
 		t.Errorf("claim (-want +got):\n%s", diff)
 	}
-	if claimer.tokens["cur-old"] != "pool-secret" {
-		t.Errorf("claim presented %q, want the pool's token", claimer.tokens["cur-old"])
+	// Every claimed pod was certified first: nothing of the sandbox goes to an unverified pod.
+	if diff := cmp.Diff([]string{"cur-old", "cur-young"}, sorted(h.certifier.ensured)); diff != "" {
+		t.Errorf("certified pods (-want +got):\n%s", diff)
+	}
+	if len(h.secrets()) != 0 {
+		t.Errorf("secrets = %v, want none", h.secrets())
 	}
 
 	if bs.Status.Phase != controlv1alpha1.PhaseRunning || bs.Status.Ready != 2 {
@@ -210,7 +199,7 @@ func TestPooledPoolMissingAndExhausted(t *testing.T) {
 		checkEvents(t, h.events(), nil) // told once
 	})
 	t.Run("pool exhausted", func(t *testing.T) {
-		h, _ := newPooledHarness(t, nil, pooledBatchSandbox(3), testPool(), poolToken(),
+		h, _ := newPooledHarness(t, nil, pooledBatchSandbox(3), testPool(),
 			idlePod("a", true, true, time.Hour), idlePod("b", true, false, time.Hour))
 		h.mustReconcile()
 		bs := h.batchSandbox()
@@ -242,7 +231,7 @@ func TestPooledAllocationConflict(t *testing.T) {
 		}
 		return c.Patch(ctx, obj, patch, opts...)
 	}}
-	h, _ := newPooledHarness(t, funcs, pooledBatchSandbox(1), testPool(), poolToken(),
+	h, _ := newPooledHarness(t, funcs, pooledBatchSandbox(1), testPool(),
 		idlePod("first", true, true, 2*time.Hour), idlePod("second", true, true, time.Hour))
 	h.mustReconcile()
 	if diff := cmp.Diff(map[string]string{"0": "second"}, h.allocatedPods()); diff != "" {
@@ -254,7 +243,7 @@ func TestPooledAllocationConflict(t *testing.T) {
 }
 
 func TestPooledLostPodAndScaleDown(t *testing.T) {
-	h, claimer := newPooledHarness(t, nil, pooledBatchSandbox(2), testPool(), poolToken(),
+	h, claimer := newPooledHarness(t, nil, pooledBatchSandbox(2), testPool(),
 		idlePod("a", true, true, 3*time.Hour), idlePod("b", true, true, 2*time.Hour), idlePod("c", true, true, time.Hour))
 	h.mustReconcile()
 	h.events()
@@ -296,7 +285,7 @@ func TestPooledLostPodAndScaleDown(t *testing.T) {
 
 func TestPooledClaimRejected(t *testing.T) {
 	t.Run("bad entrypoint fails the sandbox", func(t *testing.T) {
-		h, claimer := newPooledHarness(t, nil, pooledBatchSandbox(1), testPool(), poolToken(), idlePod("a", true, true, time.Hour))
+		h, claimer := newPooledHarness(t, nil, pooledBatchSandbox(1), testPool(), idlePod("a", true, true, time.Hour))
 		claimer.reject = map[string]int{"a": http.StatusBadRequest}
 		h.mustReconcile()
 		bs := h.batchSandbox()
@@ -309,7 +298,7 @@ func TestPooledClaimRejected(t *testing.T) {
 		}
 	})
 	t.Run("a pod claimed by someone else is replaced", func(t *testing.T) {
-		h, claimer := newPooledHarness(t, nil, pooledBatchSandbox(1), testPool(), poolToken(),
+		h, claimer := newPooledHarness(t, nil, pooledBatchSandbox(1), testPool(),
 			idlePod("a", true, true, 2*time.Hour), idlePod("b", true, true, time.Hour))
 		claimer.reject = map[string]int{"a": http.StatusConflict}
 		if err := h.reconcile(); err == nil {
@@ -323,4 +312,67 @@ func TestPooledClaimRejected(t *testing.T) {
 			t.Errorf("allocation (-want +got):\n%s", diff)
 		}
 	})
+}
+
+func sorted(s []string) []string {
+	out := append([]string(nil), s...)
+	sort.Strings(out)
+	return out
+}
+
+// TestPooledClaimNeedsIdentity: a pod whose execd does not prove to be the pod gets no claim,
+// and the sandbox says why.
+func TestPooledClaimNeedsIdentity(t *testing.T) {
+	h, claimer := newPooledHarness(t, nil, pooledBatchSandbox(1), testPool(), idlePod("a", true, true, time.Hour))
+	h.certifier.fail = map[string]error{"a": &identity.ErrNotThePod{Pod: "a", Reason: "its token is bound to pod b"}}
+	if err := h.reconcile(); err == nil {
+		t.Fatal("Reconcile() = nil, want the identity error, so that it is retried")
+	}
+	if got := claimer.claimedPods(); len(got) != 0 {
+		t.Errorf("claimed %v, want nothing before the pod's identity verified", got)
+	}
+	bs := h.batchSandbox()
+	cond := findReady(t, bs)
+	if bs.Status.Ready != 0 || cond.Reason != controlv1alpha1.ReasonIdentityFailed || !strings.Contains(cond.Message, "bound to pod b") {
+		t.Errorf("status %d ready, condition %s %q; want none ready and IdentityFailed", bs.Status.Ready, cond.Reason, cond.Message)
+	}
+}
+
+// TestPooledPoolNotAllowed: a pool of the namespace's pod security level gives pods only to a
+// sandbox admitted for them, and no pool gives pods of a template it refuses.
+func TestPooledPoolNotAllowed(t *testing.T) {
+	elevated := testPool()
+	elevated.Spec.PodSecurity = controlv1alpha1.PodSecurityNamespace
+	refusing := testPool()
+	refusing.Generation = 3
+	refusing.Status.Conditions = []metav1.Condition{{Type: controlv1alpha1.PoolConditionReady, Status: metav1.ConditionFalse,
+		Reason: controlv1alpha1.ReasonTemplateRefused, Message: "privileged", ObservedGeneration: 3}}
+	admitted := pooledBatchSandbox(1)
+	admitted.Annotations = map[string]string{controlv1alpha1.AnnotationPodSecurity: "Namespace"}
+	tests := []struct {
+		name        string
+		bs          *controlv1alpha1.BatchSandbox
+		pool        *controlv1alpha1.Pool
+		wantAlloc   bool
+		wantMessage string
+	}{
+		{name: "elevated pool, sandbox not admitted", bs: pooledBatchSandbox(1), pool: elevated, wantMessage: "podSecurity: Namespace"},
+		{name: "elevated pool, sandbox admitted", bs: admitted, pool: elevated, wantAlloc: true},
+		{name: "pool refusing its template", bs: pooledBatchSandbox(1), pool: refusing, wantMessage: "refuses its own template: privileged"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _ := newPooledHarness(t, nil, tc.bs, tc.pool, idlePod("a", true, true, time.Hour))
+			h.mustReconcile()
+			if got := len(h.allocatedPods()) == 1; got != tc.wantAlloc {
+				t.Fatalf("allocated: %v, want %v", got, tc.wantAlloc)
+			}
+			if !tc.wantAlloc {
+				cond := findReady(t, h.batchSandbox())
+				if cond.Reason != controlv1alpha1.ReasonPoolNotAllowed || !strings.Contains(cond.Message, tc.wantMessage) {
+					t.Errorf("condition %s %q, want PoolNotAllowed with %q", cond.Reason, cond.Message, tc.wantMessage)
+				}
+			}
+		})
+	}
 }

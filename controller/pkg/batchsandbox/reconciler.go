@@ -1,11 +1,11 @@
 // Package batchsandbox reconciles BatchSandboxes: in direct mode one pod per replica from the
-// template, in pooled mode one warm pod per replica allocated from a Pool (pooled.go); a
-// per-sandbox execd token, and a status that says what a user can act on.
+// template, in pooled mode one warm pod per replica allocated from a Pool (pooled.go); every
+// pod's execd certified for its pod (package identity) and, in pooled mode, claimed for the
+// sandbox; and a status that says what a user can act on.
 package batchsandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 )
 
@@ -36,13 +39,19 @@ type Reconciler struct {
 	ExecdImage string
 	// Clock tells the time for expiry; nil: the real clock.
 	Clock clock.PassiveClock
-	// APIReader reads around the cache, which holds only what carries our labels; nil: Client.
-	APIReader ctrl.Reader
-	// Claimer allocates execd of a pool pod to a sandbox; nil: HTTPClaimer.
+	// Authority is the kube-sandbox CA: execd in every pod trusts its bundle.
+	Authority *pki.Authority
+	// Certifier certifies the execd of each pod for its pod.
+	Certifier PodCertifier
+	// Claimer allocates execd of a pool pod to a sandbox; nil: an HTTPClaimer with the
+	// Authority's credentials.
 	Claimer Claimer
 
 	// allocations remembers the pool pods this process allocated until the cache shows them.
 	allocations allocations
+
+	claimerOnce sync.Once
+	claimer     Claimer
 }
 
 func (r *Reconciler) now() time.Time {
@@ -53,6 +62,18 @@ func (r *Reconciler) now() time.Time {
 }
 
 var _ reconcile.Reconciler = &Reconciler{}
+
+// PodCertifier makes sure the execd of a pod serves the pod's own certificate (package
+// identity): nothing reaches a pod's execd before it proved to be that pod's.
+type PodCertifier interface {
+	// Ensure certifies the pod's execd, or finds it certified; an *identity.ErrNotThePod
+	// means what answers at the pod's IP is not the pod.
+	Ensure(ctx context.Context, pod *corev1.Pod) error
+	// Forget drops what is remembered of a pod that is gone.
+	Forget(uid types.UID)
+}
+
+var _ PodCertifier = &identity.Certifier{}
 
 // Reconcile implements reconcile.Reconciler. It is idempotent: it creates what is missing,
 // deletes what is surplus, and writes the status only when it changed.
@@ -84,31 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	if bs.Spec.PoolRef != nil {
-		// The token is needed only to claim the pods: it is made while they are allocated,
-		// which saves a round trip off the time to a usable sandbox.
-		type tokenResult struct {
-			token string
-			err   error
-		}
-		ch := make(chan tokenResult, 1)
-		go func() {
-			t, err := r.ensureToken(ctx, bs)
-			ch <- tokenResult{t, err}
-		}()
-		var once sync.Once
-		var tr tokenResult
-		token := func() (string, error) {
-			once.Do(func() { tr = <-ch })
-			return tr.token, tr.err
-		}
-		res, err := r.reconcilePooled(ctx, bs, token, result)
-		if _, tokenErr := token(); err == nil && tokenErr != nil {
-			return reconcile.Result{}, tokenErr
-		}
-		return res, err
-	}
-	if _, err := r.ensureToken(ctx, bs); err != nil {
-		return reconcile.Result{}, err
+		return r.reconcilePooled(ctx, bs, result)
 	}
 	if bs.Spec.Template == nil || len(bs.Spec.Template.Spec.Containers) == 0 {
 		// The CRD refuses this; an object written before that rule existed gets a condition.
@@ -138,11 +135,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	var failure *sandboxpod.Problem
+	var clientCA []byte
 	for i := int32(0); i < desired; i++ {
 		if _, ok := byReplica[i]; ok {
 			continue
 		}
-		pod := buildPod(bs, i, r.ExecdImage)
+		if clientCA == nil {
+			if clientCA, err = r.Authority.Bundle(); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		pod := buildPod(bs, i, r.ExecdImage, clientCA)
 		err := r.Client.Create(ctx, pod)
 		switch {
 		case err == nil:
@@ -159,7 +162,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("create pod for replica %d: %w", i, err)
 		}
 	}
-	return result, r.updateStatus(ctx, bs, byReplica, nil, failure)
+	// A replica is ready once its execd serves the pod's own certificate.
+	certified, problem, certErr := r.claimAll(ctx, bs, byReplica)
+	if failure == nil {
+		failure = problem
+	}
+	if err := r.updateStatus(ctx, bs, byReplica, certified, failure); err != nil {
+		return reconcile.Result{}, err
+	}
+	if certErr != nil {
+		return reconcile.Result{}, certErr
+	}
+	return result, nil
 }
 
 // expire marks the BatchSandbox Expired and deletes it; the finalizer then removes its pods.
@@ -201,6 +215,7 @@ func (r *Reconciler) finalize(ctx context.Context, bs *controlv1alpha1.BatchSand
 	}
 	for i := range pods {
 		if pods[i].DeletionTimestamp == nil {
+			r.Certifier.Forget(pods[i].UID)
 			// The UID precondition: a pod of this name made since is not ours to delete.
 			if err := r.Client.Delete(ctx, &pods[i], ctrl.Preconditions{UID: &pods[i].UID}); ctrl.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 				return fmt.Errorf("delete pod: %w", err)
@@ -252,25 +267,9 @@ func (r *Reconciler) listPods(ctx context.Context, bs *controlv1alpha1.BatchSand
 	}), nil
 }
 
-// ensureToken creates the Secret that holds the token the apiserver presents to execd, and
-// returns the token.
-func (r *Reconciler) ensureToken(ctx context.Context, bs *controlv1alpha1.BatchSandbox) (string, error) {
-	name := controlv1alpha1.TokenSecretName(bs.Name)
-	token, err := sandboxpod.EnsureToken(ctx, r.Client, r.APIReader, bs, name, map[string]string{
-		controlv1alpha1.LabelBatchSandbox: bs.Name,
-		controlv1alpha1.LabelManagedBy:    controlv1alpha1.ManagedByController,
-	})
-	var conflict *sandboxpod.ErrTokenConflict
-	if errors.As(err, &conflict) {
-		r.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, "TokenConflict", "CreateToken",
-			"secret %s exists and does not belong to this sandbox; delete or rename it", name)
-	}
-	return token, err
-}
-
-// updateStatus computes the status from the pods and writes it if it changed. claimed is nil
-// in direct mode; in pooled mode it holds, per replica, the runtime ID of the container that
-// accepted the allocation: a replica is ready only when that is the running container.
+// updateStatus computes the status from the pods and writes it if it changed. claimed holds,
+// per replica, the runtime ID of the container whose execd was certified (and, in pooled mode,
+// accepted the allocation): a replica is ready only when that is the running container.
 func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, failure *sandboxpod.Problem) error {
 	status := controlv1alpha1.BatchSandboxStatus{
 		ObservedGeneration: bs.Generation,

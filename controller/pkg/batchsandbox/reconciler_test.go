@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -29,19 +30,51 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 const (
 	testNamespace = "team-a"
 	testName      = "demo"
-	tokenName     = testName + "-execd-token"
 )
 
 // ignoreTransitionTime: the clock is not under test; reason, status and message are.
 var ignoreTransitionTime = cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")
 
-// hexToken is what a 32-byte token looks like in the Secret.
-var hexToken = regexp.MustCompile(`^[0-9a-f]{64}$`)
+// testAuthority is a real kube-sandbox CA, as the controller holds it.
+var testAuthority = sync.OnceValue(func() *pki.Authority {
+	ca, err := pki.NewCA("test-ca", time.Now(), time.Hour)
+	if err != nil {
+		panic(err)
+	}
+	a := pki.NewAuthority(nil)
+	a.Set(ca, nil)
+	return a
+})
+
+// fakeCertifier stands in for package identity, which needs a pod's execd on the network: it
+// certifies every pod but those in fail, and counts what it was asked.
+type fakeCertifier struct {
+	mu      sync.Mutex
+	fail    map[string]error // by pod name
+	ensured []string
+	forgot  []types.UID
+}
+
+func (f *fakeCertifier) Ensure(_ context.Context, pod *corev1.Pod) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ensured = append(f.ensured, pod.Name)
+	return f.fail[pod.Name]
+}
+
+func (f *fakeCertifier) Forget(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgot = append(f.forgot, uid)
+}
 
 func newBatchSandbox(replicas *int32) *controlv1alpha1.BatchSandbox {
 	return &controlv1alpha1.BatchSandbox{
@@ -67,10 +100,11 @@ func readyCondition(status metav1.ConditionStatus, reason, message string) metav
 
 // harness is a Reconciler on a fake client, with the helpers the tests share.
 type harness struct {
-	t      *testing.T
-	client client.Client
-	rec    *events.FakeRecorder
-	r      *Reconciler
+	t         *testing.T
+	client    client.Client
+	rec       *events.FakeRecorder
+	r         *Reconciler
+	certifier *fakeCertifier
 }
 
 func newHarness(t *testing.T, funcs *interceptor.Funcs, objs ...client.Object) *harness {
@@ -90,7 +124,9 @@ func newHarness(t *testing.T, funcs *interceptor.Funcs, objs ...client.Object) *
 	}
 	c := b.Build()
 	rec := events.NewFakeRecorder(100)
-	return &harness{t: t, client: c, rec: rec, r: &Reconciler{Client: c, Recorder: rec, ExecdImage: testExecdImage}}
+	certifier := &fakeCertifier{}
+	return &harness{t: t, client: c, rec: rec, certifier: certifier,
+		r: &Reconciler{Client: c, Recorder: rec, ExecdImage: testExecdImage, Authority: testAuthority(), Certifier: certifier}}
 }
 
 func (h *harness) ctx() context.Context { return h.t.Context() }
@@ -99,7 +135,7 @@ func (h *harness) reconcile() error {
 	h.t.Helper()
 	res, err := h.r.Reconcile(h.ctx(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: testNamespace, Name: testName}})
 	if !res.IsZero() {
-		h.t.Errorf("Reconcile() result = %+v, want zero: pod and Secret events drive the controller, not polling", res)
+		h.t.Errorf("Reconcile() result = %+v, want zero: pod events drive the controller, not polling", res)
 	}
 	return err
 }
@@ -194,7 +230,7 @@ func checkEvents(t *testing.T, got, wantPrefixes []string) {
 	}
 }
 
-func TestReconcileCreatesTokenAndPods(t *testing.T) {
+func TestReconcileCreatesPods(t *testing.T) {
 	tests := []struct {
 		name       string
 		replicas   *int32
@@ -242,20 +278,9 @@ func TestReconcileCreatesTokenAndPods(t *testing.T) {
 			h.mustReconcile()
 			bs := h.batchSandbox()
 
-			secrets := h.secrets()
-			if len(secrets) != 1 || secrets[0].Name != tokenName {
-				t.Fatalf("secrets = %v, want only %s", secrets, tokenName)
-			}
-			secret := secrets[0]
-			if !metav1.IsControlledBy(&secret, bs) {
-				t.Errorf("token Secret owners = %+v, want controlled by the BatchSandbox", secret.OwnerReferences)
-			}
-			if got := secret.Labels[controlv1alpha1.LabelBatchSandbox]; got != testName {
-				// The controller's cache only sees Secrets with this label.
-				t.Errorf("token Secret label %s = %q, want %q", controlv1alpha1.LabelBatchSandbox, got, testName)
-			}
-			if tok := string(secret.Data[controlv1alpha1.ExecdTokenKey]); !hexToken.MatchString(tok) {
-				t.Errorf("token = %q, want 64 hex characters", tok)
+			// Nothing a pod could hold opens another: no token Secret.
+			if secrets := h.secrets(); len(secrets) != 0 {
+				t.Errorf("secrets = %v, want none", secrets)
 			}
 
 			if diff := cmp.Diff([]string{controlv1alpha1.FinalizerPods}, bs.Finalizers); diff != "" {
@@ -341,7 +366,7 @@ func TestReconcileIsIdempotent(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(h)
 			}
-			bsBefore, podsBefore, secretsBefore := h.batchSandbox(), h.pods(), h.secrets()
+			bsBefore, podsBefore := h.batchSandbox(), h.pods()
 			h.events()
 			writes = nil
 
@@ -355,9 +380,6 @@ func TestReconcileIsIdempotent(t *testing.T) {
 			}
 			if diff := cmp.Diff(podsBefore, h.pods()); diff != "" {
 				t.Errorf("pods changed (-before +after):\n%s", diff)
-			}
-			if diff := cmp.Diff(secretsBefore, h.secrets()); diff != "" {
-				t.Errorf("token Secret changed (-before +after):\n%s", diff)
 			}
 			checkEvents(t, h.events(), nil)
 		})
@@ -414,7 +436,7 @@ func TestReconcileReportsReadiness(t *testing.T) {
 				Phase:              controlv1alpha1.PhasePending,
 				Replicas:           2,
 				Pods: []controlv1alpha1.SandboxPodStatus{
-					{Replica: 0, Name: "demo-0", IP: "10.0.0.1", NodeName: "node-a", RuntimeID: "containerd://c0"},
+					{Replica: 0, Name: "demo-0", IP: "10.0.0.1", NodeName: "node-a"},
 					{Replica: 1, Name: "demo-1"},
 				},
 				Conditions: []metav1.Condition{readyCondition(metav1.ConditionFalse, controlv1alpha1.ReasonPodsNotReady, "0/2 replicas ready")},
@@ -429,7 +451,7 @@ func TestReconcileReportsReadiness(t *testing.T) {
 				Replicas:           2,
 				Ready:              1,
 				Pods: []controlv1alpha1.SandboxPodStatus{
-					{Replica: 0, Name: "demo-0", IP: "10.0.0.1", NodeName: "node-a", RuntimeID: "containerd://c0"},
+					{Replica: 0, Name: "demo-0", IP: "10.0.0.1", NodeName: "node-a"},
 					{Replica: 1, Name: "demo-1", IP: "10.0.0.2", NodeName: "node-a", RuntimeID: "containerd://c1", Ready: true},
 				},
 				Conditions: []metav1.Condition{readyCondition(metav1.ConditionFalse, controlv1alpha1.ReasonPodsNotReady, "1/2 replicas ready")},
@@ -574,7 +596,6 @@ func TestReconcileScalesDown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, nil, newBatchSandbox(ptr.To(tc.from)))
 			h.mustReconcile()
-			secretsBefore := h.secrets()
 
 			bs := h.batchSandbox()
 			bs.Spec.Replicas = ptr.To(tc.to)
@@ -592,9 +613,6 @@ func TestReconcileScalesDown(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantStatPods, st.Pods); diff != "" {
 				t.Errorf("status.pods mismatch (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(secretsBefore, h.secrets()); diff != "" {
-				t.Errorf("token Secret changed by a scale-down (-before +after):\n%s", diff)
 			}
 		})
 	}
@@ -660,13 +678,13 @@ func TestReconcileReportsPodFailure(t *testing.T) {
 			status: func(s *corev1.PodStatus) {
 				s.Phase = corev1.PodPending
 				s.InitContainerStatuses = []corev1.ContainerStatus{{
-					Name:  controlv1alpha1.ExecdInitContainerName,
+					Name:  execdapi.InitContainerName,
 					State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}},
 				}}
 			},
 			wantPhase:   controlv1alpha1.PhaseFailed,
 			wantReason:  controlv1alpha1.ReasonImagePullFailed,
-			wantMessage: "container " + controlv1alpha1.ExecdInitContainerName + ": ImagePullBackOff",
+			wantMessage: "container " + execdapi.InitContainerName + ": ImagePullBackOff",
 		},
 		{
 			name: "pod failed",
@@ -787,9 +805,6 @@ func TestReconcilePodCreateErrors(t *testing.T) {
 			if names := h.podNames(); len(names) != 0 {
 				t.Errorf("pods = %v, want none", names)
 			}
-			if len(h.secrets()) != 1 {
-				t.Errorf("token Secret missing: it comes before the pods")
-			}
 			bs := h.batchSandbox()
 			if tc.wantErr != nil {
 				if !cmp.Equal(bs.Status, controlv1alpha1.BatchSandboxStatus{}) {
@@ -805,53 +820,6 @@ func TestReconcilePodCreateErrors(t *testing.T) {
 				}
 			}
 			checkEvents(t, h.events(), tc.wantEvents)
-		})
-	}
-}
-
-func TestReconcileRefusesForeignTokenSecret(t *testing.T) {
-	tests := []struct {
-		name   string
-		owners []metav1.OwnerReference
-	}{
-		{
-			name: "no owner",
-		},
-		{
-			name: "controlled by an earlier BatchSandbox of the same name",
-			owners: []metav1.OwnerReference{{
-				APIVersion: "control.kube-sandbox.io/v1alpha1", Kind: "BatchSandbox", Name: testName, UID: "earlier-uid", Controller: ptr.To(true),
-			}},
-		},
-		{
-			name: "owned by this BatchSandbox but not as controller",
-			owners: []metav1.OwnerReference{{
-				APIVersion: "control.kube-sandbox.io/v1alpha1", Kind: "BatchSandbox", Name: testName, UID: "demo-uid",
-			}},
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			foreign := &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{
-					Name: tokenName, Namespace: testNamespace,
-					Labels:          map[string]string{controlv1alpha1.LabelBatchSandbox: testName},
-					OwnerReferences: tc.owners,
-				},
-				Data: map[string][]byte{controlv1alpha1.ExecdTokenKey: []byte("a token someone else knows")},
-			}
-			h := newHarness(t, nil, newBatchSandbox(ptr.To[int32](2)), foreign)
-			secretsBefore := h.secrets()
-
-			if err := h.reconcile(); err == nil {
-				t.Fatal("Reconcile() = nil, want an error: the Secret is not ours")
-			}
-			if names := h.podNames(); len(names) != 0 {
-				t.Errorf("pods = %v, want none: they would run with a token someone else chose", names)
-			}
-			if diff := cmp.Diff(secretsBefore, h.secrets()); diff != "" {
-				t.Errorf("foreign Secret changed (-before +after):\n%s", diff)
-			}
 		})
 	}
 }
@@ -1065,6 +1033,43 @@ func TestReconcileTemplateWithoutContainers(t *testing.T) {
 			}
 			if diff := cmp.Diff(want, h.batchSandbox().Status, ignoreTransitionTime); diff != "" {
 				t.Errorf("status mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestReconcileReadyNeedsIdentity: a replica is ready only once its pod's execd serves the
+// pod's own certificate; a pod that cannot prove to be itself is reported.
+func TestReconcileReadyNeedsIdentity(t *testing.T) {
+	tests := []struct {
+		name       string
+		fail       error
+		wantErr    bool
+		wantReady  int32
+		wantReason string
+	}{
+		{name: "certified", wantReady: 1, wantReason: controlv1alpha1.ReasonPodsReady},
+		{name: "execd not reachable yet", fail: errors.New("connection refused"), wantErr: true, wantReason: controlv1alpha1.ReasonPodsNotReady},
+		{name: "not the pod", fail: &identity.ErrNotThePod{Pod: "demo-0", Reason: "its token is bound to pod x"}, wantErr: true,
+			wantReason: controlv1alpha1.ReasonIdentityFailed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil, newBatchSandbox(ptr.To[int32](1)))
+			h.mustReconcile()
+			h.setPodStatus("demo-0", readyStatus(0))
+			if tc.fail != nil {
+				h.certifier.fail = map[string]error{"demo-0": tc.fail}
+			}
+			if err := h.reconcile(); (err != nil) != tc.wantErr {
+				t.Fatalf("Reconcile() = %v, want an error: %v", err, tc.wantErr)
+			}
+			bs := h.batchSandbox()
+			if cond := findReady(t, bs); bs.Status.Ready != tc.wantReady || cond.Reason != tc.wantReason {
+				t.Errorf("ready %d, reason %s (%q); want %d, %s", bs.Status.Ready, cond.Reason, cond.Message, tc.wantReady, tc.wantReason)
+			}
+			if diff := cmp.Diff([]string{"demo-0"}, h.certifier.ensured); diff != "" {
+				t.Errorf("certified (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -20,9 +20,9 @@ import (
 // several run at once even on two CPUs; sandboxes created together are allocated together.
 const DefaultMaxConcurrentReconciles = 8
 
-// SetupWithManager registers the reconciler: BatchSandboxes, the pods and token Secrets they
-// own, so that every change of a pod arrives as an event (no polling); and, for pooled
-// sandboxes still waiting for pods, the pool's idle pods that become ready and the Pool itself.
+// SetupWithManager registers the reconciler: BatchSandboxes and the pods they own, so that every
+// change of a pod arrives as an event (no polling); and, for pooled sandboxes still waiting for
+// pods, the pool's idle pods that become ready and the Pool itself.
 // index.Setup must have registered the indexes.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
 	if maxConcurrent <= 0 {
@@ -31,7 +31,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&controlv1alpha1.BatchSandbox{}).
 		Owns(&corev1.Pod{}).
-		Owns(&corev1.Secret{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.waitingForPod)).
 		Watches(&controlv1alpha1.Pool{}, handler.EnqueueRequestsFromMapFunc(r.waitingForPool)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).

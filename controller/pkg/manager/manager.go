@@ -6,11 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -18,6 +20,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,8 +30,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/batchsandbox"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pool"
 )
 
@@ -48,6 +54,18 @@ type Options struct {
 	// PoolRefillDelay and PoolMaxStarting pace the pools' refills.
 	PoolRefillDelay time.Duration
 	PoolMaxStarting int32
+	// PodSecurityLevel is the platform's pod security level, for pool templates.
+	PodSecurityLevel string
+	// PKI: where the kube-sandbox CA and sandbox-apiserver's certificate live, and whether the
+	// controller makes and rotates them (else cert-manager or an administrator does).
+	PKINamespace        string
+	ManagePKI           bool
+	CASecret            string
+	APIServerSecret     string
+	APIServerService    string
+	APIService          string
+	CALifetime          time.Duration
+	CertificateLifetime time.Duration
 	// InProcessRestart lets a test start the manager again in the same process (controller
 	// names are otherwise checked to be unique per process). No flag sets it.
 	InProcessRestart bool
@@ -66,7 +84,25 @@ func NewOptions() *Options {
 		MaxConcurrentReconciles: batchsandbox.DefaultMaxConcurrentReconciles,
 		PoolRefillDelay:         pool.DefaultRefillDelay,
 		PoolMaxStarting:         pool.DefaultMaxStarting,
+		PodSecurityLevel:        admission.DefaultLevel,
+		PKINamespace:            defaultNamespace(),
+		ManagePKI:               true,
+		CASecret:                pki.DefaultCASecret,
+		APIServerSecret:         pki.DefaultAPIServerSecret,
+		APIServerService:        pki.DefaultAPIServerService,
+		APIService:              pki.DefaultAPIService,
+		CALifetime:              pki.DefaultCALifetime,
+		CertificateLifetime:     pki.DefaultCertificateLifetime,
 	}
+}
+
+// defaultNamespace is the namespace the controller runs in ($POD_NAMESPACE from the downward
+// API), or kube-sandbox-system.
+func defaultNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "kube-sandbox-system"
 }
 
 // AddFlags adds the flags to fs.
@@ -82,6 +118,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "BatchSandboxes reconciled at once; sandboxes created together are allocated together.")
 	fs.DurationVar(&o.PoolRefillDelay, "pool-refill-delay", o.PoolRefillDelay, "A pool replaces the pods it gave away only after this long without an allocation (unless sandboxes wait for pods), so refills never slow a burst of allocations down.")
 	fs.Int32Var(&o.PoolMaxStarting, "pool-max-starting", o.PoolMaxStarting, "Most idle pods of one pool starting at once.")
+	fs.StringVar(&o.PodSecurityLevel, "pod-security-level", o.PodSecurityLevel, "The platform's pod security level (privileged, baseline or restricted, optionally :VERSION) for the templates of Pools with podSecurity Platform; a namespace's pod-security.kubernetes.io/enforce level applies where it is stricter. Keep it equal to sandbox-apiserver's.")
+	fs.StringVar(&o.PKINamespace, "pki-namespace", o.PKINamespace, "Namespace of the kube-sandbox CA and sandbox-apiserver's certificate Secrets (default: $POD_NAMESPACE, else kube-sandbox-system). The controller reads no Secrets elsewhere.")
+	fs.BoolVar(&o.ManagePKI, "manage-pki", o.ManagePKI, "Make and rotate the kube-sandbox CA, issue sandbox-apiserver's certificate and set the APIService's caBundle. false: cert-manager (or an administrator) provides the CA Secret and sandbox-apiserver's Secret, and the controller only reads the CA.")
+	fs.StringVar(&o.CASecret, "ca-secret", o.CASecret, "Secret (in --pki-namespace) of the kube-sandbox CA: tls.crt and tls.key.")
+	fs.StringVar(&o.APIServerSecret, "apiserver-secret", o.APIServerSecret, "Secret (in --pki-namespace) of sandbox-apiserver's certificate (tls.crt, tls.key) and the CA bundle (ca.crt).")
+	fs.StringVar(&o.APIServerService, "apiserver-service", o.APIServerService, "Service in front of sandbox-apiserver, whose DNS names its certificate holds.")
+	fs.StringVar(&o.APIService, "apiservice", o.APIService, "APIService whose caBundle the controller keeps equal to the CA bundle; empty leaves APIServices alone.")
+	fs.DurationVar(&o.CALifetime, "ca-lifetime", o.CALifetime, "Lifetime of a CA the controller makes; it is replaced when a fifth of it is left.")
+	fs.DurationVar(&o.CertificateLifetime, "certificate-lifetime", o.CertificateLifetime, "Lifetime of sandbox-apiserver's certificate; it is renewed when a third of it is left.")
 }
 
 // Validate checks the options.
@@ -95,6 +140,15 @@ func (o *Options) Validate() error {
 	if o.MaxConcurrentReconciles < 1 || o.PoolMaxStarting < 1 || o.PoolRefillDelay < 0 {
 		return errors.New("--max-concurrent-reconciles and --pool-max-starting must be positive, --pool-refill-delay not negative")
 	}
+	if _, err := admission.ParseLevel(o.PodSecurityLevel); err != nil {
+		return fmt.Errorf("--pod-security-level: %w", err)
+	}
+	if o.PKINamespace == "" || o.CASecret == "" || o.ManagePKI && (o.APIServerSecret == "" || o.APIServerService == "") {
+		return errors.New("--pki-namespace, --ca-secret, and with --manage-pki --apiserver-secret and --apiserver-service, must not be empty")
+	}
+	if o.CALifetime < time.Hour || o.CertificateLifetime < time.Hour {
+		return errors.New("--ca-lifetime and --certificate-lifetime must be at least 1h")
+	}
 	return nil
 }
 
@@ -104,6 +158,7 @@ var Scheme = runtime.NewScheme()
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(controlv1alpha1.AddToScheme(Scheme))
+	utilruntime.Must(apiregistrationv1.AddToScheme(Scheme))
 }
 
 // Run starts the manager and blocks until ctx is done.
@@ -116,8 +171,9 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
-	// Cache only the pods and Secrets the controller made: a cluster's other pods and Secrets
-	// are none of our business and would cost memory.
+	// Cache only the pods the controller made, and the Secrets of its own namespace: a
+	// cluster's other pods are none of our business and would cost memory, and it has no
+	// rights on other Secrets.
 	owned, err := labels.NewRequirement(controlv1alpha1.LabelManagedBy, selection.Equals, []string{controlv1alpha1.ManagedByController})
 	if err != nil {
 		return err
@@ -136,8 +192,9 @@ func (o *Options) Run(ctx context.Context) error {
 		LeaderElectionReleaseOnCancel: true,
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.InProcessRestart)},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:    {Label: ownedSelector},
-			&corev1.Secret{}: {Label: ownedSelector},
+			&corev1.Pod{}:                   {Label: ownedSelector},
+			&corev1.Secret{}:                {Namespaces: map[string]cache.Config{o.PKINamespace: {}}},
+			&apiregistrationv1.APIService{}: {Field: fields.OneTermEqualSelector("metadata.name", o.APIService)},
 		}},
 	})
 	if err != nil {
@@ -147,19 +204,41 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("set up indexes: %w", err)
 	}
 	recorder := mgr.GetEventRecorder("sandbox-controller")
+	level, err := admission.ParseLevel(o.PodSecurityLevel)
+	if err != nil {
+		return err
+	}
+	checker, err := admission.NewChecker(level)
+	if err != nil {
+		return err
+	}
+	authority := pki.NewAuthority(nil)
+	if err := (&pki.Reconciler{
+		Client: mgr.GetClient(), Recorder: recorder, Authority: authority, Namespace: o.PKINamespace,
+		CASecret: o.CASecret, APIServerSecret: o.APIServerSecret, APIServerService: o.APIServerService,
+		APIService: o.APIService, Manage: o.ManagePKI, CALifetime: o.CALifetime, CertificateLifetime: o.CertificateLifetime,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up pki controller: %w", err)
+	}
+	certifier := &identity.Certifier{Authority: authority, Reviewer: identity.ClientReviewer{Client: mgr.GetClient()}}
+	if err := (&identity.Reconciler{Client: mgr.GetClient(), Certifier: certifier, Recorder: recorder}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up pod identity controller: %w", err)
+	}
 	if err := (&batchsandbox.Reconciler{
 		Client:     mgr.GetClient(),
-		APIReader:  mgr.GetAPIReader(),
 		Recorder:   recorder,
 		ExecdImage: o.ExecdImage,
+		Authority:  authority,
+		Certifier:  certifier,
 	}).SetupWithManager(mgr, o.MaxConcurrentReconciles); err != nil {
 		return fmt.Errorf("set up batchsandbox controller: %w", err)
 	}
 	if err := (&pool.Reconciler{
 		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
 		Recorder:    recorder,
 		ExecdImage:  o.ExecdImage,
+		Authority:   authority,
+		Checker:     checker,
 		RefillDelay: o.PoolRefillDelay,
 		MaxStarting: o.PoolMaxStarting,
 	}).SetupWithManager(mgr); err != nil {
@@ -171,7 +250,8 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	klog.InfoS("starting sandbox-controller", "execdImage", o.ExecdImage)
+	klog.InfoS("starting sandbox-controller", "execdImage", o.ExecdImage, "podSecurityLevel", level.String(),
+		"pkiNamespace", o.PKINamespace, "managePKI", o.ManagePKI)
 	return mgr.Start(ctx)
 }
 
@@ -180,19 +260,25 @@ func NewCommand(ctx context.Context) *cobra.Command {
 	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   "sandbox-controller",
-		Short: "Reconcile BatchSandboxes and Pools (control.kube-sandbox.io): sandbox pods, warm pools, tokens and status",
+		Short: "Reconcile BatchSandboxes and Pools (control.kube-sandbox.io): sandbox pods, warm pools, their identities and status",
 		Long: `sandbox-controller runs the controllers of kube-sandbox.
 
 For each BatchSandbox with a template it creates one pod per replica, with sandbox-execd
 installed by an init container and wrapping the entrypoint; for one with a poolRef it allocates
 an idle pod of the Pool per replica (one write on the pod, with its resourceVersion as
-precondition) and hands it to the sandbox through execd. It creates the per-sandbox execd
-token, replaces lost pods, and reports progress and problems in the status conditions and as
-Events.
+precondition) and hands it to the sandbox through execd. It replaces lost pods, and reports
+progress and problems in the status conditions and as Events.
+
+It is kube-sandbox's certificate authority: it keeps the kube-sandbox CA in a Secret of its
+namespace (or reads the one cert-manager provides), issues sandbox-apiserver's certificate and
+the APIService's caBundle, and certifies the execd of every sandbox pod for its pod, after a
+TokenReview of the pod's projected token proved which pod answers.
 
 For each Pool it keeps idle pods warm between the buffer and pool bounds, paces refills so they
 never compete with allocations, and replaces idle pods of an older template within the
-maxUnavailable budget. Pods given to sandboxes are never touched.`,
+maxUnavailable budget. Pods given to sandboxes are never touched. A Pool's template is held to
+the platform's pod security level (--pod-security-level) unless the Pool says podSecurity:
+Namespace, which only users who may create pods can set.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {

@@ -11,10 +11,10 @@ import (
 // poolReadinessPeriodSeconds: see buildPod.
 const poolReadinessPeriodSeconds = 10
 
-// buildPod makes an idle pod of the pool: the template with execd installed, holding the
-// pool's token until a sandbox claims it. The name is generated: pool pods are
+// buildPod makes an idle pod of the pool: the template with execd installed, trusting clientCA,
+// belonging to no sandbox until one claims it. The name is generated: pool pods are
 // interchangeable until allocated.
-func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string) *corev1.Pod {
+func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA []byte) *corev1.Pod {
 	tmpl := pool.Spec.Template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -37,8 +37,8 @@ func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string) *corev1.P
 	pod.Labels[controlv1alpha1.LabelPoolRevision] = revision
 	pod.Labels[controlv1alpha1.LabelManagedBy] = controlv1alpha1.ManagedByController
 	sandboxpod.Inject(&pod.Spec, sandboxpod.Options{
-		ExecdImage:  execdImage,
-		TokenSecret: controlv1alpha1.PoolTokenSecretName(pool.Name),
+		ExecdImage: execdImage,
+		ClientCA:   clientCA,
 		// The kubelet probes as soon as the container starts, so a new pod is ready at once
 		// all the same; afterwards, hundreds of idle pods probed every second would cost the
 		// node a good part of a CPU.

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 func TestBuildPod(t *testing.T) {
@@ -19,7 +20,7 @@ func TestBuildPod(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "py", controlv1alpha1.LabelBatchSandbox: "someone", controlv1alpha1.LabelReplica: "0"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python", Command: []string{"sleep", "infinity"}}}},
 	}
-	pod := buildPod(pool, "rev1", "kube-sandbox:v1")
+	pod := buildPod(pool, "rev1", "kube-sandbox:v1", []byte("the CA"))
 
 	if pod.GenerateName != "py-" || pod.Name != "" || pod.Namespace != "ns" {
 		t.Errorf("name %q generateName %q namespace %q", pod.Name, pod.GenerateName, pod.Namespace)
@@ -37,17 +38,19 @@ func TestBuildPod(t *testing.T) {
 		t.Errorf("owner references %+v, want the pool as controller", pod.OwnerReferences)
 	}
 	c := pod.Spec.Containers[0]
-	if diff := cmp.Diff([]string{controlv1alpha1.ExecdBinary, "serve", "--", "sleep", "infinity"}, c.Command); diff != "" {
+	if diff := cmp.Diff([]string{execdapi.BinaryPath, "serve", "--", "sleep", "infinity"}, c.Command); diff != "" {
 		t.Errorf("command (-want +got):\n%s", diff)
 	}
-	var token *corev1.EnvVar
-	for i := range c.Env {
-		if c.Env[i].Name == controlv1alpha1.ExecdTokenEnv {
-			token = &c.Env[i]
-		}
+	// A pool pod trusts the CA, and belongs to no sandbox until a claim: no sandbox identity,
+	// and no secret of any kind.
+	wantEnv := []corev1.EnvVar{{Name: execdapi.EnvClientCA, Value: "the CA"}}
+	if diff := cmp.Diff(wantEnv, c.Env); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
 	}
-	if token == nil || token.ValueFrom == nil || token.ValueFrom.SecretKeyRef.Name != "py-pool-token" {
-		t.Errorf("token env = %+v, want the pool's token Secret", token)
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil {
+			t.Errorf("volume %s mounts Secret %s", v.Name, v.Secret.SecretName)
+		}
 	}
 	if c.ReadinessProbe == nil || c.ReadinessProbe.PeriodSeconds != poolReadinessPeriodSeconds {
 		t.Errorf("readiness probe = %+v, want period %d", c.ReadinessProbe, poolReadinessPeriodSeconds)

@@ -5,7 +5,6 @@ package pool
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,7 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 )
 
@@ -45,10 +47,13 @@ const (
 type Reconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
-	// APIReader reads around the cache (for a token Secret without our labels); nil: Client.
-	APIReader client.Reader
 	// ExecdImage is the image whose sandbox-execd the init container copies.
 	ExecdImage string
+	// Authority is the kube-sandbox CA: execd in every pod trusts its bundle.
+	Authority *pki.Authority
+	// Checker holds templates to the platform's pod security level (spec.podSecurity
+	// Platform); nil: templates are not checked (tests).
+	Checker *admission.Checker
 	// RefillDelay: see DefaultRefillDelay; 0: the default.
 	RefillDelay time.Duration
 	// MaxStarting: see DefaultMaxStarting; 0: the default.
@@ -88,18 +93,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			&sandboxpod.Problem{Reason: controlv1alpha1.ReasonInvalidTemplate, Message: "spec.template has no containers"}, false)
 		return reconcile.Result{}, err
 	}
-	if _, err := sandboxpod.EnsureToken(ctx, r.Client, r.APIReader, pool, controlv1alpha1.PoolTokenSecretName(pool.Name),
-		map[string]string{controlv1alpha1.LabelPool: pool.Name, controlv1alpha1.LabelManagedBy: controlv1alpha1.ManagedByController}); err != nil {
-		var conflict *sandboxpod.ErrTokenConflict
-		if errors.As(err, &conflict) {
-			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "TokenConflict", "CreateToken", "%v", err)
-		}
-		return reconcile.Result{}, err
-	}
-
 	obs, err := r.observe(ctx, pool)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if problem, err := r.admit(ctx, pool); err != nil || problem != nil {
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{}, r.refuse(ctx, pool, obs, problem)
 	}
 	p := plan(obs, pool, r.maxStarting(), r.refillDelay(), r.now())
 	log.FromContext(ctx).V(4).Info("pool plan", "create", p.create, "delete", len(p.delete), "paced", p.pacedFor,
@@ -119,8 +121,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	var problem *sandboxpod.Problem
+	var clientCA []byte
+	if p.create > 0 {
+		if clientCA, err = r.Authority.Bundle(); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	for range p.create {
-		pod := buildPod(pool, obs.revision, r.ExecdImage)
+		pod := buildPod(pool, obs.revision, r.ExecdImage, clientCA)
 		err := r.Client.Create(ctx, pod)
 		if err == nil {
 			r.expectations.created(key, pod.Name)
@@ -147,6 +155,51 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		requeue = statusDue
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// admit checks the pool's template against its podSecurity. A refused template is a Problem
+// for the status: the pool then makes no pods, and gives away none of those it holds.
+func (r *Reconciler) admit(ctx context.Context, pool *controlv1alpha1.Pool) (*sandboxpod.Problem, error) {
+	if r.Checker == nil || pool.Spec.PodSecurity == controlv1alpha1.PodSecurityNamespace {
+		// Namespace: the kube-apiserver holds the pods to the namespace's level when they are
+		// created, and only users who may create pods can have set it (see PodSecurity).
+		return nil, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: pool.Namespace}, ns); err != nil {
+		return nil, fmt.Errorf("get namespace %s: %w", pool.Namespace, err)
+	}
+	res := r.Checker.Check(ns.Labels, admission.Template{
+		Meta: &pool.Spec.Template.ObjectMeta, Spec: &pool.Spec.Template.Spec, Path: field.NewPath("spec", "template", "spec"),
+	})
+	if res.Allowed() {
+		return nil, nil
+	}
+	errs := append(append(field.ErrorList{}, res.Invalid...), res.NeedsPodRights...)
+	return &sandboxpod.Problem{Reason: controlv1alpha1.ReasonTemplateRefused, Message: fmt.Sprintf(
+		"the template needs more than podSecurity Platform allows (pod security level %q, nothing of the namespace): %s; "+
+			"a user who may create such pods can set spec.podSecurity: Namespace", res.Level.String(), errs.ToAggregate().Error())}, nil
+}
+
+// refuse reports a refused template and lets the pool's idle pods go: they may come from a
+// template (or a namespace level) that was allowed before, and must not reach a sandbox now.
+func (r *Reconciler) refuse(ctx context.Context, pool *controlv1alpha1.Pool, obs *observed, problem *sandboxpod.Problem) error {
+	if c := meta.FindStatusCondition(pool.Status.Conditions, controlv1alpha1.PoolConditionReady); c == nil || c.Reason != problem.Reason || c.Message != problem.Message {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, problem.Reason, "Admit", "%s", problem.Message)
+	}
+	key := client.ObjectKeyFromObject(pool)
+	for _, pod := range append(append([]*corev1.Pod(nil), obs.idleReady...), obs.idleStarting...) {
+		err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID, ResourceVersion: &pod.ResourceVersion})
+		switch {
+		case err == nil:
+			r.expectations.deleted(key, pod.UID)
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		default:
+			return fmt.Errorf("delete idle pod %s of a refused template: %w", pod.Name, err)
+		}
+	}
+	_, err := r.updateStatus(ctx, pool, obs, problem, false)
+	return err
 }
 
 func (r *Reconciler) maxStarting() int32 {

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -12,12 +13,15 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 )
 
 func newReconciler(t *testing.T, clock *clocktesting.FakeClock, objs ...client.Object) (*Reconciler, client.Client) {
@@ -38,10 +42,16 @@ func newReconciler(t *testing.T, clock *clocktesting.FakeClock, objs ...client.O
 			return nil
 		}).
 		WithObjects(objs...).Build()
-	return &Reconciler{Client: c, Recorder: events.NewFakeRecorder(100), ExecdImage: "kube-sandbox:v1", Clock: clock}, c
+	ca, err := pki.NewCA("test-ca", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authority := pki.NewAuthority(nil)
+	authority.Set(ca, nil)
+	return &Reconciler{Client: c, Recorder: events.NewFakeRecorder(100), ExecdImage: "kube-sandbox:v1", Clock: clock, Authority: authority}, c
 }
 
-// TestReconcileFillsAndPacesStatusCounts: an empty pool creates its buffer and a token; the
+// TestReconcileFillsAndPacesStatusCounts: an empty pool creates its buffer, and no Secret; the
 // counts of its status are written at most once per statusCountsInterval, at a deadline, while
 // a change of conditions is written at once.
 func TestReconcileFillsAndPacesStatusCounts(t *testing.T) {
@@ -72,8 +82,8 @@ func TestReconcileFillsAndPacesStatusCounts(t *testing.T) {
 	if n := len(pods()); n != 2 {
 		t.Fatalf("pods after the first reconcile = %d, want 2 (bufferMin)", n)
 	}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "py-pool-token"}, &corev1.Secret{}); err != nil {
-		t.Errorf("pool token: %v", err)
+	if secrets := (&corev1.SecretList{}); c.List(ctx, secrets) != nil || len(secrets.Items) != 0 {
+		t.Errorf("secrets = %v, want none: a pool pod holds nothing that opens another", secrets.Items)
 	}
 	if p := get(); p.Status.Total != 2 || p.Status.Available != 0 {
 		t.Errorf("status = %+v, want 2 starting pods", p.Status)
@@ -122,5 +132,68 @@ func TestReconcileFillsAndPacesStatusCounts(t *testing.T) {
 	p := get()
 	if c := meta.FindStatusCondition(p.Status.Conditions, controlv1alpha1.PoolConditionReady); p.Status.Available != 2 || c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("status = %+v, want 2 available and Ready written at once", p.Status)
+	}
+}
+
+// TestReconcileHoldsTemplatesToPodSecurity: a Pool whose template needs more than the platform
+// level makes no pods (and lets its idle ones go), whoever wrote it, unless it says podSecurity
+// Namespace, which only users who may create pods can set.
+func TestReconcileHoldsTemplatesToPodSecurity(t *testing.T) {
+	privileged := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python",
+		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}}}
+	tests := []struct {
+		name        string
+		podSecurity controlv1alpha1.PodSecurity
+		nsLabels    map[string]string
+		wantPods    int
+		wantReason  string
+	}{
+		{name: "Platform: refused", wantReason: controlv1alpha1.ReasonTemplateRefused},
+		{name: "Namespace: made", podSecurity: controlv1alpha1.PodSecurityNamespace, wantPods: 2, wantReason: controlv1alpha1.ReasonBufferFilling},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := testPool(2, 2, 0, 10)
+			pool.Generation = 1
+			pool.Spec.Template = privileged
+			pool.Spec.PodSecurity = tc.podSecurity
+			// An idle pod made before (an older controller, or a namespace level since changed).
+			idle := buildPod(pool, "old", "kube-sandbox:v1", nil)
+			idle.Name = "py-old"
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: tc.nsLabels}}
+			r, c := newReconciler(t, clocktesting.NewFakeClock(time.Now()), pool, ns, idle)
+			lv, _ := admission.ParseLevel("baseline")
+			r.Checker, _ = admission.NewChecker(lv)
+			if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "py"}}); err != nil {
+				t.Fatal(err)
+			}
+			list := &corev1.PodList{}
+			_ = c.List(t.Context(), list, client.InNamespace("ns"))
+			var fresh int
+			for _, p := range list.Items {
+				if p.Name != "py-old" {
+					fresh++
+				}
+			}
+			if fresh != tc.wantPods {
+				t.Errorf("%d new pods, want %d", fresh, tc.wantPods)
+			}
+			got := &controlv1alpha1.Pool{}
+			_ = c.Get(t.Context(), types.NamespacedName{Namespace: "ns", Name: "py"}, got)
+			cond := meta.FindStatusCondition(got.Status.Conditions, controlv1alpha1.PoolConditionReady)
+			if cond == nil || cond.Reason != tc.wantReason {
+				t.Fatalf("Ready condition %+v, want reason %s", cond, tc.wantReason)
+			}
+			if tc.wantReason == controlv1alpha1.ReasonTemplateRefused {
+				if !strings.Contains(cond.Message, "spec.template.spec.containers[0].securityContext.privileged") || cond.ObservedGeneration != 1 {
+					t.Errorf("message %q (generation %d): want the field", cond.Message, cond.ObservedGeneration)
+				}
+				for _, p := range list.Items {
+					if p.Name == "py-old" {
+						t.Error("the idle pod of a refused template is still there")
+					}
+				}
+			}
+		})
 	}
 }

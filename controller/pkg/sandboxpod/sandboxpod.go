@@ -1,10 +1,12 @@
 // Package sandboxpod holds what sandbox pods have in common, whether a BatchSandbox makes them
 // from its template or a Pool keeps them warm: sandbox-execd installed by an init container and
-// wrapping the first container, the execd token, and how to read a pod's state.
+// wrapping the first container, its identity and client CA, the hardening every sandbox gets,
+// and how to read a pod's state.
 package sandboxpod
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // DefaultTerminationGracePeriod: sandboxes hold no state worth a long shutdown, and a fast
@@ -21,50 +24,129 @@ const DefaultTerminationGracePeriod = int64(5)
 // ExecdInstallPath is where the execd binary sits in the kube-sandbox image.
 const ExecdInstallPath = "/usr/local/bin/sandbox-execd"
 
+// InjectionVersion names how Inject wires a pod; it is part of a pool's revision, so that idle
+// pods made by an older controller are replaced by its successor's. Raise it when Inject
+// changes in a way old pods cannot serve.
+const InjectionVersion = "2"
+
+// identityTokenSeconds is the life of the projected identity token: the kubelet renews it at
+// 80%; the controller reads it only to certify a pod, right after the pod starts.
+const identityTokenSeconds = 3600
+
+// installerUID runs the execd installer: any user but root, so that the init container meets
+// the restricted level.
+const installerUID = int64(65532)
+
 // Options say how Inject wires execd into a pod.
 type Options struct {
 	// ExecdImage holds ExecdInstallPath; an init container copies it into the pod.
 	ExecdImage string
+	// ClientCA is the PEM of the kube-sandbox CA: execd accepts clients it issued.
+	ClientCA []byte
+	// Sandbox, for a pod made for a sandbox, names it (execd serves it from the start); nil
+	// for a pool pod.
+	Sandbox *Sandbox
 	// Entrypoint is what execd runs; empty: the first container's command and args.
 	Entrypoint []string
 	// Env is added to the first container, after the container's own.
 	Env []corev1.EnvVar
-	// TokenSecret names the Secret whose ExecdTokenKey execd takes as its token.
-	TokenSecret string
 	// ReadinessPeriodSeconds of the default readiness probe; 0: 1 s.
 	ReadinessPeriodSeconds int32
 }
 
-// Inject installs execd into spec (a copy the caller owns): an init container copies the
-// static binary into an emptyDir, and the first container runs under it, so any image works
-// unchanged. It also sets the defaults that suit code nobody reviewed.
-func Inject(spec *corev1.PodSpec, o Options) {
-	// Sandboxes run code nobody reviewed: no API credentials and no service environment unless
-	// the template asks for them.
+// Sandbox names the sandbox of a pod.
+type Sandbox struct {
+	UID, Namespace, Name string
+}
+
+// Harden applies, in place, the defaults that suit code nobody reviewed: no API credentials
+// and no service environment unless the template asks, the runtime's seccomp profile, no
+// privilege escalation and no raw sockets unless a container asks for privileges. The admission
+// of templates (package admission) sees a template as Harden leaves it.
+func Harden(spec *corev1.PodSpec) {
 	if spec.AutomountServiceAccountToken == nil {
 		spec.AutomountServiceAccountToken = ptr.To(false)
 	}
 	if spec.EnableServiceLinks == nil {
 		spec.EnableServiceLinks = ptr.To(false)
 	}
+	if spec.SecurityContext == nil {
+		spec.SecurityContext = &corev1.PodSecurityContext{}
+	}
+	if spec.SecurityContext.SeccompProfile == nil {
+		spec.SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	}
+	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range list {
+			hardenContainer(&list[i])
+		}
+	}
+}
+
+// Hardened returns a hardened copy of spec.
+func Hardened(spec *corev1.PodSpec) *corev1.PodSpec {
+	out := spec.DeepCopy()
+	Harden(out)
+	return out
+}
+
+func hardenContainer(c *corev1.Container) {
+	if c.SecurityContext == nil {
+		c.SecurityContext = &corev1.SecurityContext{}
+	}
+	sc := c.SecurityContext
+	privileged := sc.Privileged != nil && *sc.Privileged
+	if sc.AllowPrivilegeEscalation == nil && !privileged {
+		sc.AllowPrivilegeEscalation = ptr.To(false)
+	}
+	if privileged {
+		return
+	}
+	if sc.Capabilities == nil {
+		sc.Capabilities = &corev1.Capabilities{}
+	}
+	caps := sc.Capabilities
+	// Raw sockets forge packets and sniff the pod's network; the runtime grants NET_RAW by
+	// default. A container that asks for it (and may) keeps it.
+	if !slices.Contains(caps.Add, "NET_RAW") && !slices.Contains(caps.Drop, "NET_RAW") && !slices.Contains(caps.Drop, "ALL") {
+		caps.Drop = append(caps.Drop, "NET_RAW")
+	}
+}
+
+// Inject installs execd into spec (a copy the caller owns): an init container copies the
+// static binary into an emptyDir, and the first container runs under it, so any image works
+// unchanged. It hardens the pod (Harden), and gives execd its identity: the projected token
+// that proves which pod it runs in, a small state volume that keeps its key, and the CA whose
+// clients it accepts.
+func Inject(spec *corev1.PodSpec, o Options) {
+	Harden(spec)
 	if spec.TerminationGracePeriodSeconds == nil {
 		spec.TerminationGracePeriodSeconds = ptr.To(DefaultTerminationGracePeriod)
 	}
 
-	spec.Volumes = append(spec.Volumes, corev1.Volume{
-		Name: controlv1alpha1.ExecdVolumeName,
-		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+	spec.Volumes = append(spec.Volumes,
+		corev1.Volume{Name: execdapi.BinaryVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 			// The static execd binary is ~15 MiB.
 			SizeLimit: ptr.To(resource.MustParse("64Mi")),
-		}},
-	})
+		}}},
+		corev1.Volume{Name: execdapi.StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			// A key and a certificate: a few kilobytes, in memory.
+			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi")),
+		}}},
+		corev1.Volume{Name: execdapi.IdentityVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				// Only sandbox-controller accepts this audience: the token opens nothing.
+				Audience: execdapi.IdentityAudience, ExpirationSeconds: ptr.To(int64(identityTokenSeconds)), Path: execdapi.IdentityTokenFile,
+			}}},
+		}}},
+	)
 	install := corev1.Container{
-		Name:    controlv1alpha1.ExecdInitContainerName,
+		Name:    execdapi.InitContainerName,
 		Image:   o.ExecdImage,
-		Command: []string{ExecdInstallPath, "install", "--to", controlv1alpha1.ExecdBinary},
+		Command: []string{ExecdInstallPath, "install", "--to", execdapi.BinaryPath},
 		VolumeMounts: []corev1.VolumeMount{{
-			Name:      controlv1alpha1.ExecdVolumeName,
-			MountPath: controlv1alpha1.ExecdMountPath,
+			Name:      execdapi.BinaryVolume,
+			MountPath: execdapi.InstallDir,
 		}},
 		Resources: corev1.ResourceRequirements{
 			// An init container's requests count toward the pod's (the larger of init and app
@@ -72,6 +154,16 @@ func Inject(spec *corev1.PodSpec, o Options) {
 			// reserve a whole 2-CPU node. Copying a file needs next to nothing.
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		// The restricted level, so that a template that meets it yields a pod that does.
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To(installerUID),
+			RunAsGroup:               ptr.To(installerUID),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
@@ -82,30 +174,33 @@ func Inject(spec *corev1.PodSpec, o Options) {
 	if len(entrypoint) == 0 {
 		entrypoint = append(append([]string{}, c.Command...), c.Args...)
 	}
-	c.Command = append([]string{controlv1alpha1.ExecdBinary, "serve", "--"}, entrypoint...)
+	c.Command = append([]string{execdapi.BinaryPath, "serve", "--"}, entrypoint...)
 	c.Args = nil
 	for i := range o.Env {
 		c.Env = append(c.Env, *o.Env[i].DeepCopy())
 	}
-	c.Env = append(c.Env, corev1.EnvVar{
-		Name: controlv1alpha1.ExecdTokenEnv,
-		ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: o.TokenSecret},
-			Key:                  controlv1alpha1.ExecdTokenKey,
-		}},
-	})
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{
-		Name:      controlv1alpha1.ExecdVolumeName,
-		MountPath: controlv1alpha1.ExecdMountPath,
-		ReadOnly:  true,
-	})
+	// Last, so that no env of the template's or the sandbox's overrides them (the admission
+	// refuses those names there anyway): who execd serves and whom it trusts.
+	if s := o.Sandbox; s != nil {
+		c.Env = append(c.Env,
+			corev1.EnvVar{Name: execdapi.EnvSandboxUID, Value: s.UID},
+			corev1.EnvVar{Name: execdapi.EnvSandboxName, Value: s.Name},
+			corev1.EnvVar{Name: execdapi.EnvSandboxNamespace, Value: s.Namespace},
+		)
+	}
+	c.Env = append(c.Env, corev1.EnvVar{Name: execdapi.EnvClientCA, Value: string(o.ClientCA)})
+	c.VolumeMounts = append(c.VolumeMounts,
+		corev1.VolumeMount{Name: execdapi.BinaryVolume, MountPath: execdapi.InstallDir, ReadOnly: true},
+		corev1.VolumeMount{Name: execdapi.StateVolume, MountPath: execdapi.StateDir},
+		corev1.VolumeMount{Name: execdapi.IdentityVolume, MountPath: execdapi.IdentityDir, ReadOnly: true},
+	)
 	if c.ReadinessProbe == nil {
 		// Ready means execd answers: the sandbox can take commands. A short period makes a new
 		// sandbox usable soon after its container starts.
 		c.ReadinessProbe = &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-				Path: "/readyz",
-				Port: intstr.FromInt32(controlv1alpha1.ExecdPort),
+				Path: execdapi.ReadyzPath,
+				Port: intstr.FromInt32(execdapi.HealthPort),
 			}},
 			PeriodSeconds:    max(o.ReadinessPeriodSeconds, 1),
 			FailureThreshold: 3,

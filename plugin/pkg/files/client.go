@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/fileapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 var filesResource = sandboxv1alpha1.Resource("sandboxes/files")
@@ -144,13 +144,13 @@ func (c *Client) responseError(resp *http.Response, method, p string) error {
 }
 
 // Stat describes the entry at p without following a final symlink.
-func (c *Client) Stat(ctx context.Context, p string) (*fileapi.FileInfo, error) {
+func (c *Client) Stat(ctx context.Context, p string) (*sandboxv1alpha1.SandboxFile, error) {
 	resp, err := c.do(ctx, http.MethodGet, p, url.Values{"stat": {"true"}}, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	fi := &fileapi.FileInfo{}
+	fi := &sandboxv1alpha1.SandboxFile{}
 	if err := json.NewDecoder(resp.Body).Decode(fi); err != nil {
 		return nil, fmt.Errorf("decode stat of %s: %w", p, err)
 	}
@@ -160,7 +160,7 @@ func (c *Client) Stat(ctx context.Context, p string) (*fileapi.FileInfo, error) 
 // List calls fn for each entry of the directory dir down to depth levels, page by page of at
 // most limit entries (the server's default when 0), until the last page or fn's first error.
 // Item paths are relative to dir.
-func (c *Client) List(ctx context.Context, dir string, depth, limit int, fn func(*fileapi.FileInfo) error) error {
+func (c *Client) List(ctx context.Context, dir string, depth, limit int, fn func(*sandboxv1alpha1.SandboxFile) error) error {
 	query := url.Values{}
 	if depth > 0 {
 		query.Set("depth", strconv.Itoa(depth))
@@ -185,7 +185,7 @@ func (c *Client) List(ctx context.Context, dir string, depth, limit int, fn func
 	}
 }
 
-func (c *Client) listPage(ctx context.Context, dir string, query url.Values) (*fileapi.FileList, error) {
+func (c *Client) listPage(ctx context.Context, dir string, query url.Values) (*sandboxv1alpha1.SandboxFileList, error) {
 	resp, err := c.do(ctx, http.MethodGet, dir, query, nil)
 	if err != nil {
 		return nil, err
@@ -194,11 +194,11 @@ func (c *Client) listPage(ctx context.Context, dir string, query url.Values) (*f
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/json" {
 		return nil, fmt.Errorf("%s:%s: %w", c.Sandbox, dir, ErrNotADirectory)
 	}
-	list := &fileapi.FileList{}
+	list := &sandboxv1alpha1.SandboxFileList{}
 	if err := json.NewDecoder(resp.Body).Decode(list); err != nil {
 		return nil, fmt.Errorf("decode listing of %s: %w", dir, err)
 	}
-	if list.Kind != fileapi.FileListKind {
+	if list.Kind != "SandboxFileList" {
 		return nil, fmt.Errorf("%s:%s: %w", c.Sandbox, dir, ErrNotADirectory)
 	}
 	return list, nil
@@ -217,14 +217,14 @@ func (c *Client) Download(ctx context.Context, p string) (io.ReadCloser, fs.File
 	if err != nil {
 		return nil, 0, err
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" && resp.Header.Get(fileapi.FileModeHeader) == "" {
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" && resp.Header.Get(execdapi.FileModeHeader) == "" {
 		// A directory's listing, not a file's contents.
 		_ = resp.Body.Close()
 		return nil, 0, fmt.Errorf("%s:%s: %w", c.Sandbox, p, ErrNotAFile)
 	}
 	var mode fs.FileMode
-	if h := resp.Header.Get(fileapi.FileModeHeader); h != "" {
-		if mode, err = fileapi.ParseMode(h); err != nil {
+	if h := resp.Header.Get(execdapi.FileModeHeader); h != "" {
+		if mode, err = execdapi.ParseMode(h); err != nil {
 			_ = resp.Body.Close()
 			return nil, 0, fmt.Errorf("download %s: %w", p, err)
 		}

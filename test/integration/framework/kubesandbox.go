@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -71,9 +73,22 @@ func InstallCRDs(ctx context.Context, c client.Client) error {
 	return nil
 }
 
+// SystemNamespace is where the kube-sandbox components and their PKI live.
+const SystemNamespace = "kube-sandbox-system"
+
+// CreateSystemNamespace creates SystemNamespace: the controller keeps the kube-sandbox CA there.
+func CreateSystemNamespace(ctx context.Context, c client.Client) error {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SystemNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
 // StartSandboxAPIServer runs sandbox-apiserver in this process, as the admin, with delegated
 // authentication and authorization against the control plane, and registers it through an
-// APIService, so that requests take the same path through the aggregator as in a cluster.
+// APIService, so that requests take the same path through the aggregator as in a cluster. The
+// controller must run: it issues the apiserver's certificate (--pki-secret) and sets the
+// APIService's caBundle, which the aggregator verifies it with, as in a cluster.
 func StartSandboxAPIServer(ctx context.Context, cp *ControlPlane, c client.Client) error {
 	kubeconfig := filepath.Join(cp.Dir, "sandbox-apiserver.kubeconfig")
 	if err := cp.WriteKubeconfig(kubeconfig, AdminToken); err != nil {
@@ -92,14 +107,14 @@ func StartSandboxAPIServer(ctx context.Context, cp *ControlPlane, c client.Clien
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--max-sandbox-timeout=" + MaxSandboxTimeout.String(),
+		"--pki-secret=" + SystemNamespace + "/sandbox-apiserver-tls",
 		"--v=2",
 	})
 	errCh := make(chan error, 1)
 	go func() { errCh <- cmd.Execute() }()
 
-	ns := "kube-sandbox-system"
+	ns := SystemNamespace
 	objs := []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 		&corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: "sandbox-apiserver", Namespace: ns},
 			Spec: corev1.ServiceSpec{
@@ -111,12 +126,11 @@ func StartSandboxAPIServer(ctx context.Context, cp *ControlPlane, c client.Clien
 		&apiregistrationv1.APIService{
 			ObjectMeta: metav1.ObjectMeta{Name: "v1alpha1.sandbox.kube-sandbox.io"},
 			Spec: apiregistrationv1.APIServiceSpec{
-				Group:                 "sandbox.kube-sandbox.io",
-				Version:               "v1alpha1",
-				Service:               &apiregistrationv1.ServiceReference{Namespace: ns, Name: "sandbox-apiserver", Port: int32Ptr(int32(port))},
-				InsecureSkipTLSVerify: true, // the test server's certificate is self-signed
-				GroupPriorityMinimum:  1000,
-				VersionPriority:       15,
+				Group:                "sandbox.kube-sandbox.io",
+				Version:              "v1alpha1",
+				Service:              &apiregistrationv1.ServiceReference{Namespace: ns, Name: "sandbox-apiserver", Port: int32Ptr(int32(port))},
+				GroupPriorityMinimum: 1000,
+				VersionPriority:      15,
 			},
 		},
 	}
@@ -132,7 +146,7 @@ func StartSandboxAPIServer(ctx context.Context, cp *ControlPlane, c client.Clien
 		default:
 		}
 		svc := &apiregistrationv1.APIService{}
-		if err := c.Get(ctx, client.ObjectKey{Name: "v1alpha1.sandbox.kube-sandbox.io"}, svc); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Name: "v1alpha1.sandbox.kube-sandbox.io"}, svc); err != nil || len(svc.Spec.CABundle) == 0 {
 			return false, nil
 		}
 		for _, cond := range svc.Status.Conditions {
@@ -158,6 +172,7 @@ func StartController(ctx context.Context, cp *ControlPlane) (stop func(), err er
 	o.MetricsAddr = "0"
 	o.ProbeAddr = "0"
 	o.ExecdImage = "kube-sandbox.local/kube-sandbox:test"
+	o.PKINamespace = SystemNamespace
 	o.InProcessRestart = true
 	if err := o.Validate(); err != nil {
 		cancel()
@@ -175,3 +190,25 @@ func int32Ptr(i int32) *int32 { return &i }
 
 // MaxSandboxTimeout is the test server's --max-sandbox-timeout.
 const MaxSandboxTimeout = 2 * time.Hour
+
+// ApplyManifest creates the objects of a multi-document YAML file of the repository (a path
+// relative to its root), as kubectl would.
+func ApplyManifest(ctx context.Context, c client.Client, path string) error {
+	data, err := os.ReadFile(filepath.Join(RepoRoot(), path))
+	if err != nil {
+		return err
+	}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: create %s %s: %w", path, obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
+}

@@ -3,28 +3,35 @@ package framework
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
-	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // SimulatedNode stands in for the kubelet of one namespace: every pod created there is marked
 // Running and Ready at once, with an address of its own on loopback (127.1.x.y) and a
-// container ID. With execd, a real execd handler serves each pod on that address and execd's
-// port, with the token the pod's env names, as the sandbox image would: the controller's
-// claims and the apiserver's exec reach it over the network as in a cluster.
+// container ID. With execd, a real execd serves each pod on that address and execd's port, as
+// the sandbox image would: over TLS, trusting the client CA of the pod's env, belonging to the
+// sandbox its env names (none for a pool pod), with a projected token the node requests for
+// the pod as the kubelet does. The controller certifies and claims it, and the apiserver
+// reaches it, over the network as in a cluster.
 //
 // It counts the pods created and deleted in the namespace, from the watch, so that a test can
 // tell a steady pool from a create/delete storm.
@@ -34,6 +41,7 @@ type SimulatedNode struct {
 	kube      kubernetes.Interface
 	namespace string
 	execd     bool
+	filesRoot string
 
 	mu      sync.Mutex
 	nextIP  int
@@ -41,23 +49,29 @@ type SimulatedNode struct {
 }
 
 type execdServer struct {
-	srv *http.Server
-	h   *execd.Handler
+	srv       *http.Server
+	h         *execd.Handler
+	tokenFile string
 }
 
 func (s *execdServer) close() {
 	_ = s.srv.Close()
 	s.h.StopSessions()
 	s.h.StopClaimedEntrypoint()
+	_ = os.Remove(s.tokenFile)
 }
 
-// StartSimulatedNode runs until ctx ends.
-func StartSimulatedNode(ctx context.Context, cp *ControlPlane, namespace string, withExecd bool) (*SimulatedNode, error) {
+// StartSimulatedNode runs until ctx ends. filesRoot, when given, is the files root of every
+// execd (none: no files API).
+func StartSimulatedNode(ctx context.Context, cp *ControlPlane, namespace string, withExecd bool, filesRoot ...string) (*SimulatedNode, error) {
 	kube, err := kubernetes.NewForConfig(cp.Config(AdminToken))
 	if err != nil {
 		return nil, err
 	}
 	n := &SimulatedNode{kube: kube, namespace: namespace, execd: withExecd, servers: map[types.UID]*execdServer{}}
+	if len(filesRoot) > 0 {
+		n.filesRoot = filesRoot[0]
+	}
 	w, err := kube.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -122,35 +136,73 @@ func (n *SimulatedNode) start(ctx context.Context, pod *corev1.Pod) {
 	}
 }
 
-// serveExecd starts a real execd handler for the pod, with the token of the Secret its env
-// names (the pool's, for a pool pod).
+// serveExecd starts a real execd for the pod.
 func (n *SimulatedNode) serveExecd(ctx context.Context, pod *corev1.Pod, ip string) error {
-	var secretName string
+	env := map[string]string{}
 	for _, e := range pod.Spec.Containers[0].Env {
-		if e.Name == controlv1alpha1.ExecdTokenEnv && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
-			secretName = e.ValueFrom.SecretKeyRef.Name
-		}
+		env[e.Name] = e.Value
 	}
-	secret, err := n.kube.CoreV1().Secrets(n.namespace).Get(ctx, secretName, metav1.GetOptions{})
+	clientCAs, err := execd.ParseClientCAs([]byte(env[execdapi.EnvClientCA]))
 	if err != nil {
-		return fmt.Errorf("token secret %q: %w", secretName, err)
+		return fmt.Errorf("client CA of the pod: %w", err)
+	}
+	id, err := execd.NewServerIdentity("", clientCAs)
+	if err != nil {
+		return err
+	}
+	// What the kubelet projects into the pod: a token for execd's audience, bound to the pod.
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	tr, err := n.kube.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			Audiences:         []string{execdapi.IdentityAudience},
+			ExpirationSeconds: ptr.To(int64(3600)),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token request: %w", err)
+	}
+	tokenFile, err := os.CreateTemp("", "simnode-token-")
+	if err != nil {
+		return err
+	}
+	_, _ = tokenFile.WriteString(tr.Status.Token)
+	_ = tokenFile.Close()
+	var sandbox *execd.Sandbox
+	if uid := env[execdapi.EnvSandboxUID]; uid != "" {
+		sandbox = &execd.Sandbox{UID: uid, Namespace: env[execdapi.EnvSandboxNamespace], Name: env[execdapi.EnvSandboxName]}
 	}
 	h, err := execd.NewHandler(execd.HandlerConfig{
-		Token:    string(secret.Data[controlv1alpha1.ExecdTokenKey]),
-		Executor: execd.NewExecutor(nil),
-	})
+		Executor:          execd.NewExecutor(nil),
+		Sandbox:           sandbox,
+		IdentityTokenFile: tokenFile.Name(),
+		FilesRoot:         n.filesRoot,
+	}, id)
 	if err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(controlv1alpha1.ExecdPort)))
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(execdapi.Port)))
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h}
+	srv := &http.Server{Handler: h, TLSConfig: id.TLSConfig(), ErrorLog: log.New(io.Discard, "", 0)}
 	n.mu.Lock()
-	n.servers[pod.UID] = &execdServer{srv: srv, h: h}
+	n.servers[pod.UID] = &execdServer{srv: srv, h: h, tokenFile: tokenFile.Name()}
 	n.mu.Unlock()
-	go func() { _ = srv.Serve(l) }()
+	go func() { _ = srv.ServeTLS(l, "", "") }()
+	return nil
+}
+
+// Handler is the execd of the pod with uid, if it runs.
+func (n *SimulatedNode) Handler(uid types.UID) *execd.Handler {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s := n.servers[uid]; s != nil {
+		return s.h
+	}
 	return nil
 }
 

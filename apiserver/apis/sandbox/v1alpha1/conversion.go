@@ -35,8 +35,9 @@ func addConversionFuncs(scheme *runtime.Scheme) error {
 	if err := scheme.AddConversionFunc((*url.Values)(nil), (*SandboxProxyOptions)(nil),
 		func(a, b interface{}, _ conversion.Scope) error {
 			in, out := a.(*url.Values), b.(*SandboxProxyOptions)
+			// Only the path: the query belongs to the sandbox's server.
 			out.Path = in.Get("path")
-			return replicaParam(in, &out.Replica)
+			return nil
 		}); err != nil {
 		return err
 	}

@@ -33,7 +33,8 @@ func Resource(resource string) schema.GroupResource {
 }
 
 func knownTypes() []runtime.Object {
-	return []runtime.Object{&Sandbox{}, &SandboxList{}, &SandboxExecOptions{}, &SandboxRenewal{}, &SandboxFilesOptions{}, &SandboxProxyOptions{}}
+	return []runtime.Object{&Sandbox{}, &SandboxList{}, &SandboxExecOptions{}, &SandboxRenewal{}, &SandboxFilesOptions{}, &SandboxProxyOptions{},
+		&SandboxFile{}, &SandboxFileList{}}
 }
 
 func addKnownTypes(scheme *runtime.Scheme) error {

@@ -185,18 +185,70 @@ type SandboxFilesOptions struct {
 }
 
 // SandboxProxyOptions are the options of the proxy subresource:
-// /sandboxes/NAME/proxy/PORT/PATH reaches HTTP and WebSocket servers in the sandbox.
+// /sandboxes/NAME/proxy/PORT/PATH reaches HTTP and WebSocket servers of the first replica,
+// /sandboxes/NAME/proxy/REPLICA:PORT/PATH those of another. The query is the server's: it
+// passes unchanged.
 //
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type SandboxProxyOptions struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// path is PORT/PATH: the port in the sandbox, then the path to request there.
+	// path is [REPLICA:]PORT/PATH: the port in the sandbox (of replica REPLICA, 0 by
+	// default), then the path to request there.
 	// +optional
 	Path string `json:"path,omitempty"`
-	// replica is the index of the replica. Defaults to 0.
+}
+
+// SandboxFileType is the type of a SandboxFile.
+type SandboxFileType string
+
+const (
+	SandboxFileTypeFile    SandboxFileType = "file"
+	SandboxFileTypeDir     SandboxFileType = "dir"
+	SandboxFileTypeSymlink SandboxFileType = "symlink"
+	// SandboxFileTypeOther covers devices, FIFOs and sockets, which the files subresource
+	// neither reads nor writes.
+	SandboxFileTypeOther SandboxFileType = "other"
+)
+
+// SandboxFile describes one entry of a sandbox's filesystem: an item of a SandboxFileList, and
+// the answer of the files subresource to a stat (?stat=true), an upload, a mkdir and a move.
+// Symbolic links are described, never followed.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type SandboxFile struct {
+	// apiVersion and kind are set on an answer of its own, not on the items of a list.
+	metav1.TypeMeta `json:",inline"`
+
+	// name is the entry's base name ("" for the root).
+	Name string `json:"name"`
+	// path is relative to the listed directory in a list, and relative to the sandbox's files
+	// root otherwise.
+	Path string `json:"path"`
+	// type is file, dir, symlink or other.
+	Type SandboxFileType `json:"type"`
+	// size in bytes.
+	Size int64 `json:"size"`
+	// mode is the permission bits (with setuid, setgid and sticky) in octal, e.g. "0644".
+	Mode string `json:"mode"`
+	// modTime is the last modification.
+	ModTime metav1.Time `json:"modTime"`
+	// linkTarget is a symbolic link's target as stored, not resolved.
 	// +optional
-	Replica int32 `json:"replica,omitempty"`
+	LinkTarget string `json:"linkTarget,omitempty"`
+}
+
+// SandboxFileList is a page of a directory listing of the files subresource: entries in
+// depth-first order, each directory's entries sorted by name. metadata.continue, when set,
+// gets the next page (the continue query parameter).
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type SandboxFileList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []SandboxFile `json:"items"`
 }
 
 // SandboxExecOptions are the query parameters of the exec subresource. They follow

@@ -37,6 +37,16 @@ func (in SandboxExecOptions) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxFile) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxFile"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxFileList) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxFileList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxFilesOptions) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxFilesOptions"
 }

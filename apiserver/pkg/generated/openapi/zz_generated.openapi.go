@@ -38,6 +38,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.Sandbox{}.OpenAPIModelName():                      schema_apiserver_apis_sandbox_v1alpha1_Sandbox(ref),
 		v1alpha1.SandboxAutoRenew{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxAutoRenew(ref),
 		v1alpha1.SandboxExecOptions{}.OpenAPIModelName():           schema_apiserver_apis_sandbox_v1alpha1_SandboxExecOptions(ref),
+		v1alpha1.SandboxFile{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxFile(ref),
+		v1alpha1.SandboxFileList{}.OpenAPIModelName():              schema_apiserver_apis_sandbox_v1alpha1_SandboxFileList(ref),
 		v1alpha1.SandboxFilesOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxFilesOptions(ref),
 		v1alpha1.SandboxList{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxList(ref),
 		v1alpha1.SandboxPodStatus{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref),
@@ -525,6 +527,137 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxExecOptions(ref common.Refere
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxFile(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxFile describes one entry of a sandbox's filesystem: an item of a SandboxFileList, and the answer of the files subresource to a stat (?stat=true), an upload, a mkdir and a move. Symbolic links are described, never followed.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name is the entry's base name (\"\" for the root).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"path": {
+						SchemaProps: spec.SchemaProps{
+							Description: "path is relative to the listed directory in a list, and relative to the sandbox's files root otherwise.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"type": {
+						SchemaProps: spec.SchemaProps{
+							Description: "type is file, dir, symlink or other.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"size": {
+						SchemaProps: spec.SchemaProps{
+							Description: "size in bytes.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"mode": {
+						SchemaProps: spec.SchemaProps{
+							Description: "mode is the permission bits (with setuid, setgid and sticky) in octal, e.g. \"0644\".",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"modTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "modTime is the last modification.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"linkTarget": {
+						SchemaProps: spec.SchemaProps{
+							Description: "linkTarget is a symbolic link's target as stored, not resolved.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "path", "type", "size", "mode", "modTime"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxFileList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxFileList is a page of a directory listing of the files subresource: entries in depth-first order, each directory's entries sorted by name. metadata.continue, when set, gets the next page (the continue query parameter).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxFile{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxFile{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxFilesOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -699,7 +832,7 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxProxyOptions(ref common.Refer
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "SandboxProxyOptions are the options of the proxy subresource: /sandboxes/NAME/proxy/PORT/PATH reaches HTTP and WebSocket servers in the sandbox.",
+				Description: "SandboxProxyOptions are the options of the proxy subresource: /sandboxes/NAME/proxy/PORT/PATH reaches HTTP and WebSocket servers of the first replica, /sandboxes/NAME/proxy/REPLICA:PORT/PATH those of another. The query is the server's: it passes unchanged.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"kind": {
@@ -718,16 +851,9 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxProxyOptions(ref common.Refer
 					},
 					"path": {
 						SchemaProps: spec.SchemaProps{
-							Description: "path is PORT/PATH: the port in the sandbox, then the path to request there.",
+							Description: "path is [REPLICA:]PORT/PATH: the port in the sandbox (of replica REPLICA, 0 by default), then the path to request there.",
 							Type:        []string{"string"},
 							Format:      "",
-						},
-					},
-					"replica": {
-						SchemaProps: spec.SchemaProps{
-							Description: "replica is the index of the replica. Defaults to 0.",
-							Type:        []string{"integer"},
-							Format:      "int32",
 						},
 					},
 				},

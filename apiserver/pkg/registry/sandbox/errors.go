@@ -26,6 +26,10 @@ func translateError(err error, name string) error {
 	if err == nil {
 		return nil
 	}
+	if isTooLarge(err) {
+		// etcd's refusal would reach the caller as an internal error.
+		return apierrors.NewRequestEntityTooLargeError("the sandbox is too large to be stored: make its template, env or entrypoint smaller")
+	}
 	var statusErr *apierrors.StatusError
 	if !errors.As(err, &statusErr) {
 		return apierrors.NewInternalError(err)
@@ -72,4 +76,15 @@ func causesMessage(err *apierrors.StatusError) string {
 		msg += c.Field + ": " + c.Message
 	}
 	return msg
+}
+
+// isTooLarge recognizes etcd's and gRPC's refusals of an object too large to store, which the
+// kube-apiserver passes on as they are.
+func isTooLarge(err error) bool {
+	if apierrors.IsRequestEntityTooLargeError(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "request is too large") || strings.Contains(msg, "ResourceExhausted") ||
+		strings.Contains(msg, "trying to send message larger than max")
 }

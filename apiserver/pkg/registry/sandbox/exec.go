@@ -21,15 +21,19 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
 
 // Access is what the streaming subresources share: who may use a sandbox, where its pods are,
-// and auto-renew on use.
+// how to reach their execd, and auto-renew on use.
 type Access struct {
 	Resolver   sandboxconn.Resolver
 	Authorizer authorizer.Authorizer
-	// Transport dials the pods.
-	Transport http.RoundTripper
+	// Transport reaches execd in the pods, over mutual TLS, verifying each pod's identity.
+	Transport *execdclient.Transport
+	// ProxyTransport is the same, with the proxy subresource's response-header timeout.
+	ProxyTransport *execdclient.Transport
 	// Renewer extends the expiry of sandboxes that ask for auto-renew; nil: none.
 	Renewer *Renewer
 }
@@ -94,15 +98,15 @@ func (r *ExecREST) Connect(ctx context.Context, name string, opts runtime.Object
 		return nil, err
 	}
 
-	q := url.Values{"command": execOpts.Command}
+	q := url.Values{execdapi.ExecCommandParam: execOpts.Command}
 	if len(execOpts.Env) > 0 {
-		q["env"] = execOpts.Env
+		q[execdapi.ExecEnvParam] = execOpts.Env
 	}
 	if execOpts.WorkingDir != "" {
-		q.Set("workingDir", execOpts.WorkingDir)
+		q.Set(execdapi.ExecWorkingDirParam, execOpts.WorkingDir)
 	}
 	if execOpts.TimeoutSeconds > 0 {
-		q.Set("timeoutSeconds", strconv.FormatInt(execOpts.TimeoutSeconds, 10))
+		q.Set(execdapi.ExecTimeoutSecondsParam, strconv.FormatInt(execOpts.TimeoutSeconds, 10))
 	}
 	// execd speaks the kubelet's parameter names.
 	for param, on := range map[string]bool{"input": execOpts.Stdin, "output": execOpts.Stdout, "error": execOpts.Stderr, "tty": execOpts.TTY} {
@@ -110,37 +114,39 @@ func (r *ExecREST) Connect(ctx context.Context, name string, opts runtime.Object
 			q.Set(param, "1")
 		}
 	}
-	location := ep.URL("/exec", q)
+	if ep.Sandbox != nil {
+		q.Set(execdapi.ExecSandboxUIDParam, string(ep.Sandbox.UID))
+	}
+	location := execdclient.URL(ep.Target, execdapi.ExecPath, q.Encode())
+	transport, err := r.Transport.Current()
+	if err != nil {
+		return nil, upstreamError(ep, err)
+	}
 
 	// SPDY passes through; WebSocket (v5.channel.k8s.io) is translated to SPDY here, because
-	// execd, like the kubelet's CRI streaming server, speaks SPDY only.
-	handler := http.Handler(proxy.NewUpgradeAwareHandler(location, r.Transport, false, true, proxy.NewErrorResponder(responder)))
-	streamTranslator := translator.NewStreamTranslatorHandler(location, r.Transport, 0, translator.Options{
+	// execd, like the kubelet's CRI streaming server, speaks SPDY only. Both dial with the
+	// transport's mutual TLS, and verify that execd is the pod's.
+	handler := http.Handler(proxy.NewUpgradeAwareHandler(location, transport, false, true, upstreamResponder{responder, ep}))
+	streamTranslator := translator.NewStreamTranslatorHandler(location, transport, 0, translator.Options{
 		Stdin:  execOpts.Stdin,
 		Stdout: execOpts.Stdout,
 		Stderr: execOpts.Stderr,
 		Tty:    execOpts.TTY,
 	})
 	handler = translator.NewTranslatingHandler(handler, streamTranslator, wsstream.IsWebSocketRequestWithStreamCloseProtocol)
-	return stripCallerCredentials(handler), nil
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		handler.ServeHTTP(w, toPod(req, ep))
+	}), nil
 }
 
-// stripCallerCredentials keeps the caller's identity headers (set by the aggregator) and
-// credentials from reaching the sandbox.
-func stripCallerCredentials(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		for k := range req.Header {
-			switch http.CanonicalHeaderKey(k) {
-			case "Authorization", "Cookie", "Impersonate-User", "Impersonate-Group":
-				req.Header.Del(k)
-			default:
-				if len(k) > len("X-Remote-") && http.CanonicalHeaderKey(k[:len("X-Remote-")]) == "X-Remote-" {
-					req.Header.Del(k)
-				}
-			}
-		}
-		h.ServeHTTP(w, req)
-	})
+// upstreamResponder reports a failure to reach execd as the error upstreamError makes of it.
+type upstreamResponder struct {
+	rest.Responder
+	ep *sandboxconn.Endpoint
+}
+
+func (u upstreamResponder) Error(w http.ResponseWriter, req *http.Request, err error) {
+	u.Responder.Error(upstreamError(u.ep, err))
 }
 
 // ensureAuthorizedForVerb re-authorizes the request with another verb, as kube-apiserver does

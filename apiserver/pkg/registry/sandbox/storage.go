@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -33,6 +34,8 @@ type REST struct {
 	backend client.WithWatch
 	limits  Limits
 	clock   clock.PassiveClock
+	// admitter admits the pods a new sandbox may have; nil admits everything (tests).
+	admitter *Admitter
 }
 
 var (
@@ -50,8 +53,25 @@ var (
 )
 
 // NewREST returns the sandboxes storage over a BatchSandbox client.
-func NewREST(backend client.WithWatch, limits Limits, clk clock.PassiveClock) *REST {
-	return &REST{tableConvertor: tableConvertor{clock: clk}, backend: backend, limits: limits, clock: clk}
+func NewREST(backend client.WithWatch, limits Limits, clk clock.PassiveClock, admitter *Admitter) *REST {
+	return &REST{tableConvertor: tableConvertor{clock: clk}, backend: backend, limits: limits, clock: clk, admitter: admitter}
+}
+
+// maxStoredBytes bounds the JSON of a BatchSandbox this server writes: etcd refuses requests
+// above 1.5 MiB by default, and the object grows by its managed fields and status after it.
+const maxStoredBytes = 1 << 20
+
+// tooLarge is a 413 for an object that etcd would refuse.
+func tooLarge(bs *controlv1alpha1.BatchSandbox) error {
+	data, err := json.Marshal(bs)
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	if len(data) > maxStoredBytes {
+		return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
+			"the sandbox is %d bytes as stored; at most %d fit: make its template, env or entrypoint smaller", len(data), maxStoredBytes))
+	}
+	return nil
 }
 
 // New implements rest.Storage.
@@ -104,6 +124,9 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 			return nil, err
 		}
 	}
+	if err := r.admitter.Admit(ctx, sbx); err != nil {
+		return nil, err
+	}
 	if sbx.Spec.TimeoutSeconds != nil {
 		sbx.Status.ExpiresAt = &metav1.Time{Time: r.clock.Now().Add(time.Duration(*sbx.Spec.TimeoutSeconds) * time.Second)}
 	}
@@ -112,6 +135,9 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	// The controller would add it in a write of its own; a sandbox is meant to be usable within
 	// milliseconds of its creation.
 	controllerutil.AddFinalizer(bs, controlv1alpha1.FinalizerPods)
+	if err := tooLarge(bs); err != nil {
+		return nil, err
+	}
 	if err := r.backend.Create(ctx, bs, createOptions(options)); err != nil {
 		return nil, translateError(err, sbx.Name)
 	}
@@ -200,6 +226,15 @@ func (r *REST) tryUpdate(ctx context.Context, name string, objInfo rest.UpdatedO
 	}
 	sbx.Status = old.Status
 	setDefaults(sbx)
+	if v, ok := old.Annotations[controlv1alpha1.AnnotationPodSecurity]; ok {
+		if _, set := sbx.Annotations[controlv1alpha1.AnnotationPodSecurity]; !set {
+			// The server's record of the creator's rights: an update that leaves it out keeps it.
+			if sbx.Annotations == nil {
+				sbx.Annotations = map[string]string{}
+			}
+			sbx.Annotations[controlv1alpha1.AnnotationPodSecurity] = v
+		}
+	}
 	switch sbx.ResourceVersion {
 	case "":
 		// An update without a resourceVersion is unconditional, as for built-in resources.
@@ -228,6 +263,9 @@ func (r *REST) tryUpdate(ctx context.Context, name string, objInfo rest.UpdatedO
 	}
 	updated.Spec.Replicas = sbx.Spec.Replicas
 	updated.Spec.AutoRenew = toBatchSandbox(sbx).Spec.AutoRenew
+	if err := tooLarge(updated); err != nil {
+		return nil, err
+	}
 	if err := r.backend.Update(ctx, updated, updateOptions(options)); err != nil {
 		if apierrors.IsConflict(err) {
 			return nil, errConflict

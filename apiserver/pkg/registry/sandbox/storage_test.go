@@ -59,7 +59,7 @@ func newREST(t *testing.T, objs ...client.Object) (*REST, client.WithWatch) {
 			return crdPlural(c.Delete(ctx, obj, opts...))
 		},
 	}).Build()
-	return NewREST(backend, Limits{}, testingclock.NewFakePassiveClock(time.Unix(1700000000, 0))), backend
+	return NewREST(backend, Limits{}, testingclock.NewFakePassiveClock(time.Unix(1700000000, 0)), nil), backend
 }
 
 // crdPlural puts the CRD's plural into an error of the fake client. The fake names resources
@@ -606,7 +606,7 @@ func TestDeleteConflictNamesSandboxes(t *testing.T) {
 }
 
 func TestRESTMetadata(t *testing.T) {
-	r := NewREST(nil, Limits{}, nil)
+	r := NewREST(nil, Limits{}, nil, nil)
 	type metadata struct {
 		New, NewList    runtime.Object
 		NamespaceScoped bool

@@ -13,7 +13,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/claimapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // maxReplicas matches the CRD's bound, so that a Sandbox the aggregated API accepts is never
@@ -43,6 +43,10 @@ func setDefaults(sbx *sandboxv1alpha1.Sandbox) {
 func validateSandbox(sbx *sandboxv1alpha1.Sandbox, limits Limits) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMeta(&sbx.ObjectMeta, true,
 		apimachineryvalidation.NameIsDNSLabel, field.NewPath("metadata"))
+	if v, ok := sbx.Annotations[controlv1alpha1.AnnotationPodSecurity]; ok {
+		allErrs = append(allErrs, field.Forbidden(field.NewPath("metadata", "annotations").Key(controlv1alpha1.AnnotationPodSecurity),
+			fmt.Sprintf("%q is set by the server, when the creator may create pods", v)))
+	}
 	allErrs = append(allErrs, validateSpec(&sbx.Spec, limits, field.NewPath("spec"))...)
 	return allErrs
 }
@@ -51,6 +55,10 @@ func validateSandbox(sbx *sandboxv1alpha1.Sandbox, limits Limits) field.ErrorLis
 // the lifetime changes only through renew.
 func validateSandboxUpdate(sbx, old *sandboxv1alpha1.Sandbox, limits Limits) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&sbx.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	if sbx.Annotations[controlv1alpha1.AnnotationPodSecurity] != old.Annotations[controlv1alpha1.AnnotationPodSecurity] {
+		allErrs = append(allErrs, field.Forbidden(field.NewPath("metadata", "annotations").Key(controlv1alpha1.AnnotationPodSecurity),
+			"set by the server when the sandbox was created"))
+	}
 	spec := field.NewPath("spec")
 	allErrs = append(allErrs, validateSpec(&sbx.Spec, limits, spec)...)
 	immutable := func(newV, oldV interface{}, fld *field.Path) {
@@ -127,14 +135,22 @@ func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.P
 		}
 		initContainers := tmpl.Child("spec", "initContainers")
 		for i, c := range spec.Template.Spec.InitContainers {
-			if c.Name == controlv1alpha1.ExecdInitContainerName {
+			if c.Name == execdapi.InitContainerName {
 				allErrs = append(allErrs, field.Invalid(initContainers.Index(i).Child("name"), c.Name, "this name is reserved for the execd installer"))
+			}
+		}
+		for i, c := range spec.Template.Spec.Containers {
+			for j, e := range c.Env {
+				if why, reserved := execdapi.ReservedEnv(e.Name); reserved {
+					allErrs = append(allErrs, field.Invalid(containers.Index(i).Child("env").Index(j).Child("name"), e.Name, "this name is reserved: "+why))
+				}
 			}
 		}
 		volumes := tmpl.Child("spec", "volumes")
 		for i, v := range spec.Template.Spec.Volumes {
-			if v.Name == controlv1alpha1.ExecdVolumeName {
-				allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for the execd binary"))
+			switch v.Name {
+			case execdapi.BinaryVolume, execdapi.StateVolume, execdapi.IdentityVolume:
+				allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-execd"))
 			}
 		}
 	}
@@ -146,11 +162,8 @@ func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.P
 		for _, msg := range utilvalidation.IsEnvVarName(e.Name) {
 			allErrs = append(allErrs, field.Invalid(fld.Child("env").Index(i).Child("name"), e.Name, msg))
 		}
-		switch e.Name {
-		case controlv1alpha1.ExecdTokenEnv:
-			allErrs = append(allErrs, field.Invalid(fld.Child("env").Index(i).Child("name"), e.Name, "this name is reserved for execd"))
-		case claimapi.EnvSandboxName, claimapi.EnvSandboxNamespace:
-			allErrs = append(allErrs, field.Invalid(fld.Child("env").Index(i).Child("name"), e.Name, "this name is reserved: kube-sandbox sets it to the sandbox's own"))
+		if why, reserved := execdapi.ReservedEnv(e.Name); reserved {
+			allErrs = append(allErrs, field.Invalid(fld.Child("env").Index(i).Child("name"), e.Name, "this name is reserved: "+why))
 		}
 	}
 	return allErrs

@@ -11,6 +11,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // validSandbox is a Sandbox every validation accepts; the cases below break one thing in it.
@@ -146,17 +147,32 @@ func TestValidateSandbox(t *testing.T) {
 			modify: func(s *sandboxv1alpha1.Sandbox) {
 				s.Spec.Template.Spec.InitContainers = []corev1.Container{
 					{Name: "setup", Image: "busybox"},
-					{Name: controlv1alpha1.ExecdInitContainerName, Image: "busybox"},
+					{Name: execdapi.InitContainerName, Image: "busybox"},
 				}
 			},
 			want: []fieldErr{{field.ErrorTypeInvalid, "spec.template.spec.initContainers[1].name"}},
 		},
 		{
-			name: "reserved volume name",
+			name: "reserved volume names",
 			modify: func(s *sandboxv1alpha1.Sandbox) {
-				s.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: controlv1alpha1.ExecdVolumeName}}
+				s.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: execdapi.BinaryVolume}, {Name: "data"}, {Name: execdapi.StateVolume}, {Name: execdapi.IdentityVolume}}
 			},
-			want: []fieldErr{{field.ErrorTypeInvalid, "spec.template.spec.volumes[0].name"}},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.template.spec.volumes[0].name"}, {field.ErrorTypeInvalid, "spec.template.spec.volumes[2].name"},
+				{field.ErrorTypeInvalid, "spec.template.spec.volumes[3].name"}},
+		},
+		{
+			name: "reserved env names in the template",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "OK"}, {Name: execdapi.EnvClientCA, Value: "mine"}, {Name: execdapi.EnvSandboxUID, Value: "x"}}
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.template.spec.containers[0].env[1].name"}, {field.ErrorTypeInvalid, "spec.template.spec.containers[0].env[2].name"}},
+		},
+		{
+			name: "the server's annotation",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Annotations = map[string]string{controlv1alpha1.AnnotationPodSecurity: "Namespace"}
+			},
+			want: []fieldErr{{field.ErrorTypeForbidden, "metadata.annotations[control.kube-sandbox.io/pod-security]"}},
 		},
 		{
 			name: "invalid env name",
@@ -168,9 +184,9 @@ func TestValidateSandbox(t *testing.T) {
 		{
 			name: "reserved env name",
 			modify: func(s *sandboxv1alpha1.Sandbox) {
-				s.Spec.Env = []corev1.EnvVar{{Name: controlv1alpha1.ExecdTokenEnv, Value: "stolen"}}
+				s.Spec.Env = []corev1.EnvVar{{Name: execdapi.EnvClientCA, Value: "mine"}, {Name: execdapi.EnvSandboxName, Value: "other"}}
 			},
-			want: []fieldErr{{field.ErrorTypeInvalid, "spec.env[0].name"}},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.env[0].name"}, {field.ErrorTypeInvalid, "spec.env[1].name"}},
 		},
 		{
 			name:   "empty entrypoint command",

@@ -8,10 +8,15 @@ import (
 // Labels and annotations the controller puts on what it creates. They are part of the API:
 // the apiserver and users find a sandbox's pods by them.
 const (
-	// LabelBatchSandbox names the BatchSandbox a pod (or token Secret) belongs to.
+	// LabelBatchSandbox names the BatchSandbox a pod belongs to.
 	LabelBatchSandbox = "control.kube-sandbox.io/batchsandbox"
 	// LabelReplica is the replica index of a sandbox pod, "0" to replicas-1.
 	LabelReplica = "control.kube-sandbox.io/replica"
+	// AnnotationPodSecurity on a BatchSandbox records that its creator was allowed pods of
+	// the namespace's pod security level ("Namespace"), which a Pool with podSecurity
+	// Namespace makes. sandbox-apiserver sets it when the creator may create pods, and users
+	// cannot change it through the Sandbox API.
+	AnnotationPodSecurity = "control.kube-sandbox.io/pod-security"
 
 	// SandboxContainerName is the name kubectl sandbox gives the container that runs the
 	// user's code under execd. Whatever its name, the first container of a template is it.
@@ -57,6 +62,12 @@ const (
 	ReasonAllocateFailed = "AllocateFailed"
 	// ReasonPodLost (Event): a replica's pod disappeared or failed and is being replaced.
 	ReasonPodLost = "PodLost"
+	// ReasonPoolNotAllowed: spec.poolRef names a Pool with podSecurity Namespace, and the
+	// sandbox was not admitted for it (AnnotationPodSecurity).
+	ReasonPoolNotAllowed = "PoolNotAllowed"
+	// ReasonIdentityFailed: the controller could not certify a pod's execd (its pod identity
+	// did not verify); the replica waits.
+	ReasonIdentityFailed = "IdentityFailed"
 )
 
 // FinalizerPods holds a BatchSandbox until its pods are gone, so that deleting a sandbox

@@ -19,8 +19,8 @@ const (
 	// by the latest one, so that refilling never competes with a burst of allocations.
 	AnnotationAllocatedAt = "control.kube-sandbox.io/allocated-at"
 
-	// LabelManagedBy is on every pod and Secret the controller makes; the controller caches only
-	// those. Its value is ManagedByController.
+	// LabelManagedBy is on every pod the controller makes; the controller caches only those.
+	// Its value is ManagedByController.
 	LabelManagedBy      = "app.kubernetes.io/managed-by"
 	ManagedByController = "sandbox-controller"
 )
@@ -41,6 +41,26 @@ const (
 	ReasonRefillPaced     = "RefillPaced"
 	ReasonPoolPodFailed   = "PodFailed"
 	ReasonInvalidTemplate = "InvalidTemplate"
+	// ReasonTemplateRefused: the template needs more than podSecurity allows (a pod security
+	// level, a service account, a Secret...); the pool makes no pods from it.
+	ReasonTemplateRefused = "TemplateRefused"
+)
+
+// PodSecurity says which rules a Pool's template is held to.
+// +kubebuilder:validation:Enum=Platform;Namespace
+type PodSecurity string
+
+const (
+	// PodSecurityPlatform: the platform's pod security level (sandbox-controller's
+	// --pod-security-level, or the namespace's enforce level where stricter), and nothing that
+	// reaches into the namespace (service accounts, tokens, Secrets, ConfigMaps, volumes). Its
+	// pods are no more than a sandbox, whoever wrote the Pool.
+	PodSecurityPlatform PodSecurity = "Platform"
+	// PodSecurityNamespace: the namespace's enforce level only, as any pod there. Setting it,
+	// or changing the template while it is set, needs the right to create pods in the
+	// namespace (the kube-sandbox-pools ValidatingAdmissionPolicy checks it), and so does
+	// creating a sandbox from the pool (sandbox-apiserver checks it).
+	PodSecurityNamespace PodSecurity = "Namespace"
 )
 
 // RecycleStrategy says what happens to a pod its sandbox no longer needs.
@@ -108,6 +128,16 @@ type PoolSpec struct {
 	// +kubebuilder:default=Delete
 	// +optional
 	RecycleStrategy RecycleStrategy `json:"recycleStrategy,omitempty"`
+	// podSecurity: Platform (the default) holds the template to the platform's pod security
+	// level and refuses what reaches into the namespace (service accounts, tokens, Secrets,
+	// ConfigMaps, volumes), so that the pool's pods are no more than a sandbox whoever wrote it;
+	// a template that needs more gets the condition Ready=False, TemplateRefused, and no pods.
+	// Namespace holds it to the namespace's enforce level only; only a user who may create pods
+	// in the namespace may set it or change the template under it, and only such users may
+	// create sandboxes from the pool.
+	// +kubebuilder:default=Platform
+	// +optional
+	PodSecurity PodSecurity `json:"podSecurity,omitempty"`
 }
 
 // PoolStatus is the observed state of a Pool.
@@ -170,11 +200,4 @@ type PoolList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Pool `json:"items"`
-}
-
-// PoolTokenSecretName is the name of the Secret holding the token of a pool's idle pods. The
-// controller presents it to allocate a pod; the allocation replaces it in the pod with the
-// sandbox's own token.
-func PoolTokenSecretName(poolName string) string {
-	return poolName + "-pool-token"
 }

@@ -17,9 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/files"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/fileapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // stdio is the local path that stands for stdin (as the source) or stdout (as the
@@ -218,7 +219,7 @@ func (o *CopyOptions) download(ctx context.Context) error {
 	}
 	dst := o.Dst.Path
 	switch fi.Type {
-	case fileapi.FileTypeFile:
+	case sandboxv1alpha1.SandboxFileTypeFile:
 		if dst == stdio {
 			return o.downloadTo(ctx, src, o.Out)
 		}
@@ -227,12 +228,12 @@ func (o *CopyOptions) download(ctx context.Context) error {
 			dst = filepath.Join(dst, path.Base("/"+src))
 		}
 		return o.downloadFile(ctx, src, dst)
-	case fileapi.FileTypeDir:
+	case sandboxv1alpha1.SandboxFileTypeDir:
 		if dst == stdio {
 			return fmt.Errorf("%s:%s is a directory; only a file can be copied to standard output", o.Src.Sandbox, o.Src.Path)
 		}
 		return o.downloadDir(ctx, src, dst, fi)
-	case fileapi.FileTypeSymlink:
+	case sandboxv1alpha1.SandboxFileTypeSymlink:
 		o.warnf("skipping symbolic link %s:%s -> %s", o.Src.Sandbox, src, fi.LinkTarget)
 		return nil
 	default:
@@ -281,19 +282,24 @@ func (o *CopyOptions) downloadFile(ctx context.Context, src, dst string) (err er
 
 // downloadDir copies the remote directory src, described by fi, to the local directory dst,
 // creating it if needed, one listing level at a time.
-func (o *CopyOptions) downloadDir(ctx context.Context, src, dst string, fi *fileapi.FileInfo) error {
+func (o *CopyOptions) downloadDir(ctx context.Context, src, dst string, fi *sandboxv1alpha1.SandboxFile) error {
 	if err := os.MkdirAll(dst, defaultDirMode); err != nil {
 		return err
 	}
-	err := o.Client.List(ctx, src, 1, 0, func(item *fileapi.FileInfo) error {
+	err := o.Client.List(ctx, src, 1, 0, func(item *sandboxv1alpha1.SandboxFile) error {
+		// The listing comes from the sandbox, whose code may be hostile: a name that is not one
+		// path element would write outside dst (the kubectl cp class of escapes).
+		if err := checkEntryName(item.Name); err != nil {
+			return fmt.Errorf("%s:%s: %w", o.Src.Sandbox, src, err)
+		}
 		remote := path.Join(src, item.Name)
 		local := filepath.Join(dst, filepath.FromSlash(item.Name))
 		switch item.Type {
-		case fileapi.FileTypeFile:
+		case sandboxv1alpha1.SandboxFileTypeFile:
 			return o.downloadFile(ctx, remote, local)
-		case fileapi.FileTypeDir:
+		case sandboxv1alpha1.SandboxFileTypeDir:
 			return o.downloadDir(ctx, remote, local, item)
-		case fileapi.FileTypeSymlink:
+		case sandboxv1alpha1.SandboxFileTypeSymlink:
 			o.warnf("skipping symbolic link %s:%s -> %s", o.Src.Sandbox, remote, item.LinkTarget)
 		default:
 			o.warnf("skipping %s:%s, which is not a regular file or directory", o.Src.Sandbox, remote)
@@ -307,11 +313,23 @@ func (o *CopyOptions) downloadDir(ctx context.Context, src, dst string, fi *file
 		return nil
 	}
 	// Last, so that a read-only directory did not stop its contents being written.
-	mode, err := fi.FileMode()
+	mode, err := execdapi.ParseMode(fi.Mode)
 	if err != nil {
 		return fmt.Errorf("%s:%s: %w", o.Src.Sandbox, src, err)
 	}
 	return os.Chmod(dst, mode)
+}
+
+// ErrUnsafeName: a listing named an entry that is not a single path element.
+var ErrUnsafeName = errors.New("refusing an entry whose name would leave the destination")
+
+// checkEntryName refuses a listed name unless it is one path element: not empty, "." or "..",
+// without a separator (either kind) or a NUL.
+func checkEntryName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
+		return fmt.Errorf("%w: %q", ErrUnsafeName, name)
+	}
+	return nil
 }
 
 // upload copies the local file or directory Src.Path (or stdin) to the sandbox's Dst.Path.
@@ -336,7 +354,7 @@ func (o *CopyOptions) upload(ctx context.Context) error {
 		// Into an existing directory, as cp does; a trailing slash asks for that too.
 		if dst == "" || strings.HasSuffix(o.Dst.Path, "/") {
 			dst = path.Join(dst, filepath.Base(src))
-		} else if fi, err := o.Client.Stat(ctx, dst); err == nil && fi.Type == fileapi.FileTypeDir {
+		} else if fi, err := o.Client.Stat(ctx, dst); err == nil && fi.Type == sandboxv1alpha1.SandboxFileTypeDir {
 			dst = path.Join(dst, filepath.Base(src))
 		}
 		return o.uploadFile(ctx, src, dst, st.Mode())

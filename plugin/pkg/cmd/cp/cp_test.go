@@ -6,8 +6,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,8 +19,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing/sandboxserver"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
@@ -332,5 +338,74 @@ func TestParseFileSpec(t *testing.T) {
 				t.Errorf("ParseFileSpec(%q) = %+v, want %+v", tt.arg, got, tt.want)
 			}
 		})
+	}
+}
+
+// hostileServer answers as a sandbox whose code forged its listing: a directory "d" whose
+// entries are named to escape the destination.
+func hostileServer(t *testing.T, names ...string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		apiVersion := sandboxv1alpha1.SchemeGroupVersion.String()
+		if req.URL.Query().Get("stat") != "" {
+			_ = json.NewEncoder(w).Encode(sandboxv1alpha1.SandboxFile{TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: "SandboxFile"},
+				Name: "d", Path: "d", Type: sandboxv1alpha1.SandboxFileTypeDir, Mode: "0755"})
+			return
+		}
+		if !strings.HasSuffix(req.URL.Path, "/files/d") {
+			// A file's contents, were it ever asked for.
+			w.Header().Set("Content-Type", "application/octet-stream")
+			_, _ = w.Write([]byte("owned"))
+			return
+		}
+		list := sandboxv1alpha1.SandboxFileList{TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: "SandboxFileList"}}
+		for _, n := range names {
+			list.Items = append(list.Items, sandboxv1alpha1.SandboxFile{Name: n, Path: n, Type: sandboxv1alpha1.SandboxFileTypeFile, Mode: "0644"})
+		}
+		_ = json.NewEncoder(w).Encode(list)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestCopyRefusesHostileListing: the kubectl cp class of escapes: a listing that names "..",
+// a path with separators, or an absolute path, writes nothing outside the destination, and
+// says why.
+func TestCopyRefusesHostileListing(t *testing.T) {
+	for _, name := range []string{"../escaped", "..", "a/../../escaped", "/tmp/escaped", `..\escaped`, "", "."} {
+		t.Run(fmt.Sprintf("%q", name), func(t *testing.T) {
+			srv := hostileServer(t, "fine.txt", name)
+			parent := t.TempDir()
+			dst := filepath.Join(parent, "dst")
+			streams, _, _, _ := genericiooptions.NewTestIOStreams()
+			f := cmdtesting.NewServerFactory(srv.URL)
+			cmd := NewCmdCp(f, streams)
+			cmd.SetArgs([]string{"sb:d", dst})
+			cmd.SilenceErrors, cmd.SilenceUsage = true, true
+			err := cmd.ExecuteContext(context.Background())
+			if !errors.Is(err, ErrUnsafeName) || !strings.Contains(err.Error(), fmt.Sprintf("%q", name)) {
+				t.Fatalf("cp: %v, want it to refuse %q", err, name)
+			}
+			// Nothing outside dst; inside it, at most the entries before the hostile one.
+			entries, _ := os.ReadDir(parent)
+			if len(entries) != 1 || entries[0].Name() != "dst" {
+				t.Errorf("cp wrote next to the destination: %v", entries)
+			}
+			if _, err := os.Stat("/tmp/escaped"); err == nil && name == "/tmp/escaped" {
+				t.Error("cp wrote /tmp/escaped")
+			}
+		})
+	}
+}
+
+func TestCheckEntryName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"a": true, "a.txt": true, "...": true, ".hidden": true, "a b": true,
+		"": false, ".": false, "..": false, "a/b": false, "/a": false, `a\b`: false, "a\x00b": false,
+	} {
+		if err := checkEntryName(name); (err == nil) != ok {
+			t.Errorf("checkEntryName(%q) = %v, want ok %v", name, err, ok)
+		}
 	}
 }

@@ -13,11 +13,13 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/files"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/fileapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // Output formats of -o; the default is the plain or long listing.
@@ -89,7 +91,7 @@ func NewCmdLs(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Comm
 		},
 	}
 	cmd.Flags().BoolVarP(&o.Long, "long", "l", o.Long, "Show permissions, size, modification time and link targets.")
-	cmd.Flags().IntVar(&o.Depth, "depth", o.Depth, fmt.Sprintf("How many levels to list, from 1 to %d.", fileapi.MaxListDepth))
+	cmd.Flags().IntVar(&o.Depth, "depth", o.Depth, fmt.Sprintf("How many levels to list, from 1 to %d.", execdapi.MaxListDepth))
 	cmd.Flags().IntVar(&o.Limit, "limit", o.Limit, "Entries to fetch per request; 0 for the server's default. All entries are listed either way.")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "Output format. One of: (json, yaml). Default: a listing.")
 	cmd.Flags().Int32Var(&o.Replica, "replica", o.Replica, "Index of the replica whose files to list.")
@@ -122,11 +124,11 @@ func (o *LsOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []strin
 
 // Validate checks the flags.
 func (o *LsOptions) Validate() error {
-	if o.Depth < 1 || o.Depth > fileapi.MaxListDepth {
-		return fmt.Errorf("--depth must be between 1 and %d, got %d", fileapi.MaxListDepth, o.Depth)
+	if o.Depth < 1 || o.Depth > execdapi.MaxListDepth {
+		return fmt.Errorf("--depth must be between 1 and %d, got %d", execdapi.MaxListDepth, o.Depth)
 	}
-	if o.Limit < 0 || o.Limit > fileapi.MaxListLimit {
-		return fmt.Errorf("--limit must be between 0 and %d, got %d", fileapi.MaxListLimit, o.Limit)
+	if o.Limit < 0 || o.Limit > execdapi.MaxListLimit {
+		return fmt.Errorf("--limit must be between 0 and %d, got %d", execdapi.MaxListLimit, o.Limit)
 	}
 	if o.Replica < 0 {
 		return fmt.Errorf("--replica must not be negative, got %d", o.Replica)
@@ -141,8 +143,8 @@ func (o *LsOptions) Validate() error {
 
 // Run lists all pages, then prints them: columns are aligned over the whole listing.
 func (o *LsOptions) Run(ctx context.Context) error {
-	list := fileapi.FileList{Kind: fileapi.FileListKind, Items: []fileapi.FileInfo{}}
-	err := o.Client.List(ctx, o.Path, o.Depth, o.Limit, func(fi *fileapi.FileInfo) error {
+	list := sandboxv1alpha1.SandboxFileList{TypeMeta: metav1.TypeMeta{APIVersion: sandboxv1alpha1.SchemeGroupVersion.String(), Kind: "SandboxFileList"}, Items: []sandboxv1alpha1.SandboxFile{}}
+	err := o.Client.List(ctx, o.Path, o.Depth, o.Limit, func(fi *sandboxv1alpha1.SandboxFile) error {
 		list.Items = append(list.Items, *fi)
 		return nil
 	})
@@ -187,7 +189,7 @@ func (o *LsOptions) Run(ctx context.Context) error {
 	}
 	for _, fi := range list.Items {
 		name := displayName(&fi)
-		if fi.Type == fileapi.FileTypeSymlink {
+		if fi.Type == sandboxv1alpha1.SandboxFileTypeSymlink {
 			name += " -> " + fi.LinkTarget
 		}
 		if _, err := fmt.Fprintf(o.Out, "%s %*d %s %s\n", modeString(&fi), width, fi.Size, fi.ModTime.UTC().Format(time.RFC3339), name); err != nil {
@@ -198,30 +200,30 @@ func (o *LsOptions) Run(ctx context.Context) error {
 }
 
 // displayName is the entry's path, with a "/" after directories as ls -p prints them.
-func displayName(fi *fileapi.FileInfo) string {
+func displayName(fi *sandboxv1alpha1.SandboxFile) string {
 	name := fi.Path
 	if name == "" {
 		name = fi.Name
 	}
-	if fi.Type == fileapi.FileTypeDir && !strings.HasSuffix(name, "/") {
+	if fi.Type == sandboxv1alpha1.SandboxFileTypeDir && !strings.HasSuffix(name, "/") {
 		name += "/"
 	}
 	return name
 }
 
 // modeString is the entry's type and permissions as ls -l shows them, like drwxr-xr-x.
-func modeString(fi *fileapi.FileInfo) string {
-	mode, err := fi.FileMode()
+func modeString(fi *sandboxv1alpha1.SandboxFile) string {
+	mode, err := execdapi.ParseMode(fi.Mode)
 	if err != nil {
 		return "?" + fi.Mode
 	}
 	kind := "-"
 	switch fi.Type {
-	case fileapi.FileTypeDir:
+	case sandboxv1alpha1.SandboxFileTypeDir:
 		kind = "d"
-	case fileapi.FileTypeSymlink:
+	case sandboxv1alpha1.SandboxFileTypeSymlink:
 		kind = "l"
-	case fileapi.FileTypeOther:
+	case sandboxv1alpha1.SandboxFileTypeOther:
 		kind = "?"
 	}
 	// Perm().String() is "-rwxr-xr-x": a type letter, which ls's differ from, and the bits.

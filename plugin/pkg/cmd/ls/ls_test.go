@@ -15,10 +15,10 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing/sandboxserver"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/fileapi"
 )
 
 var mtime = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -126,7 +126,7 @@ func TestLsJSON(t *testing.T) {
 	if msg != "" {
 		t.Fatal(msg)
 	}
-	var list fileapi.FileList
+	var list sandboxv1alpha1.SandboxFileList
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, out)
 	}
@@ -136,8 +136,8 @@ func TestLsJSON(t *testing.T) {
 		got = append(got, entry{fi.Path, string(fi.Type), fi.Mode, fi.LinkTarget})
 	}
 	want := []entry{{"a.txt", "file", "0644", ""}, {"b", "dir", "0750", ""}, {"d.sh", "file", "0755", ""}, {"e", "symlink", "0777", "a.txt"}}
-	if list.Kind != fileapi.FileListKind || list.Continue != "" {
-		t.Errorf("kind %q, continue %q; want %q and none", list.Kind, list.Continue, fileapi.FileListKind)
+	if list.Kind != "SandboxFileList" || list.Continue != "" {
+		t.Errorf("kind %q, continue %q; want %q and none", list.Kind, list.Continue, "SandboxFileList")
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("items differ (-want +got):\n%s", diff)

@@ -46,7 +46,10 @@ var (
 		kubectl sandbox port-forward my-sandbox 3000:80 :8888
 
 		# Listen on all interfaces rather than the loopback one
-		kubectl sandbox port-forward my-sandbox 8080:80 --address 0.0.0.0`)
+		kubectl sandbox port-forward my-sandbox 8080:80 --address 0.0.0.0
+
+		# Forward to port 8080 of the third replica of sandbox workers
+		kubectl sandbox port-forward workers 8080 --replica 2`)
 )
 
 // PortMapping forwards the Local port to the Remote one; Local 0 picks a free port.
@@ -79,6 +82,8 @@ type PortForwardOptions struct {
 	Name      string
 	Ports     []PortMapping
 	Addresses []string
+	// Replica is the index of the replica whose ports are reached.
+	Replica int32
 
 	// Base is the URL of the sandbox's proxy subresource.
 	Base *url.URL
@@ -118,6 +123,7 @@ func NewCmdPortForward(f cmdutil.Factory, streams genericiooptions.IOStreams) *c
 		},
 	}
 	cmd.Flags().StringSliceVar(&o.Addresses, "address", o.Addresses, "Addresses to listen on (comma-separated); IP addresses or localhost.")
+	cmd.Flags().Int32Var(&o.Replica, "replica", o.Replica, "Index of the replica whose ports to forward to.")
 	return cmd
 }
 
@@ -170,15 +176,23 @@ func (o *PortForwardOptions) Validate() error {
 	if len(o.Addresses) == 0 {
 		return errors.New("--address must name at least one address")
 	}
+	if o.Replica < 0 {
+		return fmt.Errorf("--replica must not be negative, got %d", o.Replica)
+	}
 	if o.Base == nil || o.Transport == nil {
 		return errors.New("no API server to forward to")
 	}
 	return nil
 }
 
-// Handler proxies requests to port remote of the sandbox.
+// Handler proxies requests to port remote of the sandbox's replica: the proxy path starts with
+// PORT for the first replica, REPLICA:PORT for another.
 func (o *PortForwardOptions) Handler(remote uint16) http.Handler {
-	base := files.AppendPath(o.Base, strconv.Itoa(int(remote)))
+	target := strconv.Itoa(int(remote))
+	if o.Replica != 0 {
+		target = strconv.Itoa(int(o.Replica)) + ":" + target
+	}
+	base := files.AppendPath(o.Base, target)
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			in := pr.In.URL

@@ -1,11 +1,14 @@
 // Package sandboxserver is a stand-in for the sandbox API server in tests of the files and
 // proxy subresources: the files subresource is served by execd's own handler over a temporary
-// directory, as the real server proxies it, and the proxy subresource echoes HTTP requests and
-// upgraded connections.
+// directory, its answers typed as the real server types them, and the proxy subresource echoes
+// HTTP requests and upgraded connections.
 package sandboxserver
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"io"
@@ -20,14 +23,14 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	sandboxregistry "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/registry/sandbox"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // UserToken is the bearer token the server accepts; a ServerFactory's config must carry it.
 const UserToken = "user-token"
-
-// execdToken is what the server presents to execd, as the real one presents the sandbox's.
-const execdToken = "execd-token"
 
 // Prefix is the path of the namespaces of the sandbox API.
 const Prefix = "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/"
@@ -69,7 +72,18 @@ type Server struct {
 func New(t testing.TB, namespace string, sandboxes ...string) *Server {
 	t.Helper()
 	root := t.TempDir()
-	h, err := execd.NewHandler(execd.HandlerConfig{Token: execdToken, Executor: noExec{}, FilesRoot: root})
+	ca, err := pki.NewCA("test-ca", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	id, err := execd.NewServerIdentity("", pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := execd.NewHandler(execd.HandlerConfig{Executor: noExec{}, FilesRoot: root,
+		Sandbox: &execd.Sandbox{UID: "uid", Namespace: namespace, Name: "any"}}, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,12 +129,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	sub, rest, _ := strings.Cut(rest, "/")
 	switch sub {
 	case "files":
-		// As the real server: on to execd with its token and the path after files/.
+		// As the real server: on to execd as sandbox-apiserver (whose certificate the TLS
+		// layer would have verified), with the path after files/; its descriptions typed.
 		out := req.Clone(req.Context())
 		out.URL.Path = execd.FilesPath + rest
 		out.URL.RawPath = ""
-		out.Header.Set("Authorization", "Bearer "+execdToken)
-		s.execd.ServeHTTP(w, out)
+		out.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{Subject: pkix.Name{CommonName: execdapi.APIServerIdentity}}}}}
+		rec := httptest.NewRecorder()
+		s.execd.ServeHTTP(rec, out)
+		resp := rec.Result()
+		resp.Request = req
+		if err := sandboxregistry.TypedDescription(resp, sandboxregistry.DescribedKind(req)); err != nil {
+			writeStatus(w, apierrors.NewInternalError(err))
+			return
+		}
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
 	case "proxy":
 		s.proxy(w, req)
 	default:

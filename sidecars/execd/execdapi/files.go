@@ -1,7 +1,4 @@
-// Package fileapi holds the wire types and parameters of sandbox-execd's files API, shared by
-// execd, sandbox-apiserver and the kubectl plugin. It depends on nothing heavier than
-// apimachinery's meta types, so clients import it without execd's dependencies.
-package fileapi
+package execdapi
 
 import (
 	"fmt"
@@ -13,14 +10,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The files API: execd's view of the sandbox's filesystem, shared with the
-// sandbox-apiserver (which proxies it) and the kubectl plugin.
+// The files API: execd's view of the sandbox's filesystem. sandbox-apiserver serves it to users
+// as the files subresource of sandboxes, its listings and stats as the kinds SandboxFileList
+// and SandboxFileInfo of the sandbox API group.
 const (
 	// FilesPath prefixes the files API; what follows it is the file's path,
 	// always relative to execd's files root ("/files/" itself is the root).
 	FilesPath = "/files/"
-	// MetricsPath serves Prometheus metrics, unauthenticated like the probes:
-	// counters carry no file names or contents.
+	// MetricsPath serves Prometheus metrics to the kube-sandbox components: counters carry
+	// no file names or contents.
 	MetricsPath = "/metrics"
 
 	// FileListKind and the FileInfo types are the JSON shapes of GET responses.

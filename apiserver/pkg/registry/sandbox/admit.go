@@ -1,0 +1,128 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+)
+
+// Admitter admits what a sandbox's pods may be, as the kube-apiserver admits a pod: a template
+// is held to the platform's pod security level (or the namespace's, where stricter) and may not
+// reach into the namespace; what goes beyond needs the caller to be allowed to create pods in
+// the namespace (a SubjectAccessReview through Authorizer), and so does a sandbox from a Pool
+// whose pods are of the namespace's level (podSecurity: Namespace).
+type Admitter struct {
+	Checker *admission.Checker
+	// Reader reads Namespaces (their pod security labels) and Pools, from a cache.
+	Reader     client.Reader
+	Authorizer authorizer.Authorizer
+}
+
+// Admit checks a sandbox about to be created, and records on it (AnnotationPodSecurity) that
+// its creator may have pods of the namespace's level when a pool makes such pods.
+func (a *Admitter) Admit(ctx context.Context, sbx *sandboxv1alpha1.Sandbox) error {
+	if a == nil {
+		return nil
+	}
+	caller, ok := genericapirequest.UserFrom(ctx)
+	if !ok {
+		return apierrors.NewInternalError(errors.New("no user in the request"))
+	}
+	switch {
+	case sbx.Spec.Template != nil:
+		ns := &corev1.Namespace{}
+		if err := a.Reader.Get(ctx, client.ObjectKey{Name: sbx.Namespace}, ns); err != nil {
+			if apierrors.IsNotFound(err) {
+				return apierrors.NewNotFound(corev1.Resource("namespaces"), sbx.Namespace)
+			}
+			return apierrors.NewInternalError(fmt.Errorf("get namespace: %w", err))
+		}
+		spec := field.NewPath("spec")
+		res := a.Checker.Check(ns.Labels, admission.Template{
+			Meta: &sbx.Spec.Template.ObjectMeta, Spec: &sbx.Spec.Template.Spec, Path: spec.Child("template", "spec"),
+			Env: sbx.Spec.Env, EnvPath: spec.Child("env"),
+		})
+		if len(res.Invalid) > 0 {
+			// No pod may run like this in the namespace, whoever asks.
+			return apierrors.NewInvalid(sandboxKind, sbx.Name, res.Invalid)
+		}
+		if len(res.NeedsPodRights) == 0 {
+			return nil
+		}
+		allowed, err := a.mayCreatePods(ctx, caller, sbx.Namespace)
+		if err != nil {
+			return err
+		}
+		if !allowed {
+			return forbiddenFields(sbx.Name, caller, sbx.Namespace, fmt.Sprintf("the template needs more than a sandbox gets (pod security level %q, nothing of the namespace)", res.Level.String()), res.NeedsPodRights)
+		}
+	case sbx.Spec.PoolRef != nil:
+		pool := &controlv1alpha1.Pool{}
+		if err := a.Reader.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sbx.Spec.PoolRef.Name}, pool); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil // PoolNotFound in the status, until it exists
+			}
+			return apierrors.NewInternalError(fmt.Errorf("get pool: %w", err))
+		}
+		if pool.Spec.PodSecurity != controlv1alpha1.PodSecurityNamespace {
+			return nil
+		}
+		allowed, err := a.mayCreatePods(ctx, caller, sbx.Namespace)
+		if err != nil {
+			return err
+		}
+		if !allowed {
+			return forbiddenFields(sbx.Name, caller, sbx.Namespace,
+				fmt.Sprintf("pool %q makes pods of the namespace's pod security level (podSecurity: Namespace)", pool.Name),
+				field.ErrorList{field.Forbidden(field.NewPath("spec", "poolRef", "name"), "a pool with podSecurity Namespace")})
+		}
+		if sbx.Annotations == nil {
+			sbx.Annotations = map[string]string{}
+		}
+		sbx.Annotations[controlv1alpha1.AnnotationPodSecurity] = string(controlv1alpha1.PodSecurityNamespace)
+	}
+	return nil
+}
+
+// mayCreatePods asks whether the caller may create pods in the namespace.
+func (a *Admitter) mayCreatePods(ctx context.Context, caller user.Info, namespace string) (bool, error) {
+	decision, _, err := a.Authorizer.Authorize(ctx, authorizer.AttributesRecord{
+		User: caller, Verb: "create", Namespace: namespace, APIGroup: "", APIVersion: "v1", Resource: "pods", ResourceRequest: true,
+	})
+	if err != nil {
+		return false, apierrors.NewInternalError(fmt.Errorf("ask whether %q may create pods: %w", caller.GetName(), err))
+	}
+	return decision == authorizer.DecisionAllow, nil
+}
+
+// forbiddenFields is a 403 that names the fields that need the right to create pods.
+func forbiddenFields(name string, caller user.Info, namespace, what string, errs field.ErrorList) error {
+	causes := make([]metav1.StatusCause, 0, len(errs))
+	for _, e := range errs {
+		causes = append(causes, metav1.StatusCause{Type: metav1.CauseType(e.Type), Message: e.ErrorBody(), Field: e.Field})
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure,
+		Code:   http.StatusForbidden,
+		Reason: metav1.StatusReasonForbidden,
+		Details: &metav1.StatusDetails{
+			Group: sandboxResource.Group, Kind: sandboxResource.Resource, Name: name, Causes: causes,
+		},
+		Message: fmt.Sprintf("sandboxes.%s %q is forbidden: %s, which needs the right to create pods in namespace %q; user %q does not have it: %s",
+			sandboxResource.Group, name, what, namespace, caller.GetName(), errs.ToAggregate().Error()),
+	}}
+}

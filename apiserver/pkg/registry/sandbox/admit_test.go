@@ -1,0 +1,129 @@
+package sandbox
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/pod-security-admission/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+)
+
+// podCreators may create pods in every namespace; everyone else may not.
+func podCreators(names ...string) authorizer.Authorizer {
+	return authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		for _, n := range names {
+			if a.GetVerb() == "create" && a.GetResource() == "pods" && a.GetAPIGroup() == "" && a.IsResourceRequest() && a.GetUser().GetName() == n {
+				return authorizer.DecisionAllow, "", nil
+			}
+		}
+		return authorizer.DecisionNoOpinion, "", nil
+	})
+}
+
+func testAdmitter(t *testing.T, objs ...runtime.Object) *Admitter {
+	t.Helper()
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = controlv1alpha1.AddToScheme(s)
+	lv, _ := admission.ParseLevel("baseline")
+	checker, err := admission.NewChecker(lv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Admitter{Checker: checker, Reader: fake.NewClientBuilder().WithScheme(s).WithRuntimeObjects(objs...).Build(),
+		Authorizer: podCreators("pod-creator")}
+}
+
+func TestAdmit(t *testing.T) {
+	open := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "open"}}
+	baseline := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "base", Labels: map[string]string{api.EnforceLevelLabel: "baseline"}}}
+	elevated := &controlv1alpha1.Pool{ObjectMeta: metav1.ObjectMeta{Namespace: "open", Name: "elevated"},
+		Spec: controlv1alpha1.PoolSpec{PodSecurity: controlv1alpha1.PodSecurityNamespace}}
+	plain := &controlv1alpha1.Pool{ObjectMeta: metav1.ObjectMeta{Namespace: "open", Name: "plain"}}
+	a := testAdmitter(t, open, baseline, elevated, plain)
+
+	direct := func(ns string, mutate func(*corev1.PodSpec)) *sandboxv1alpha1.Sandbox {
+		sbx := &sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, Spec: sandboxv1alpha1.SandboxSpec{
+			Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python"}}}}}}
+		if mutate != nil {
+			mutate(&sbx.Spec.Template.Spec)
+		}
+		return sbx
+	}
+	pooled := func(pool string) *sandboxv1alpha1.Sandbox {
+		return &sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "open"},
+			Spec: sandboxv1alpha1.SandboxSpec{PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: pool}}}
+	}
+	privileged := func(s *corev1.PodSpec) {
+		s.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	}
+	tests := []struct {
+		name           string
+		user           string
+		sbx            *sandboxv1alpha1.Sandbox
+		wantCode       int
+		wantField      string
+		wantAnnotation bool
+	}{
+		{name: "a plain template for anyone", user: "alice", sbx: direct("open", nil)},
+		{name: "privileged for a sandbox-only user", user: "alice", sbx: direct("open", privileged), wantCode: http.StatusForbidden,
+			wantField: "spec.template.spec.containers[0].securityContext.privileged"},
+		{name: "privileged for a user who may create pods", user: "pod-creator", sbx: direct("open", privileged)},
+		{name: "privileged in a baseline namespace, for anyone", user: "pod-creator", sbx: direct("base", privileged),
+			wantCode: http.StatusUnprocessableEntity, wantField: "spec.template.spec.containers[0].securityContext.privileged"},
+		{name: "a service account for a sandbox-only user", user: "alice", sbx: direct("open", func(s *corev1.PodSpec) { s.ServiceAccountName = "admin" }),
+			wantCode: http.StatusForbidden, wantField: "spec.template.spec.serviceAccountName"},
+		{name: "a missing namespace", user: "alice", sbx: direct("gone", nil), wantCode: http.StatusNotFound},
+		{name: "a plain pool for anyone", user: "alice", sbx: pooled("plain")},
+		{name: "a missing pool waits (PoolNotFound)", user: "alice", sbx: pooled("nope")},
+		{name: "an elevated pool for a sandbox-only user", user: "alice", sbx: pooled("elevated"), wantCode: http.StatusForbidden,
+			wantField: "spec.poolRef.name"},
+		{name: "an elevated pool for a user who may create pods", user: "pod-creator", sbx: pooled("elevated"), wantAnnotation: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := genericapirequest.WithUser(t.Context(), &user.DefaultInfo{Name: tc.user})
+			err := a.Admit(ctx, tc.sbx)
+			if tc.wantCode == 0 {
+				if err != nil {
+					t.Fatalf("Admit() = %v, want nil", err)
+				}
+			} else {
+				status, ok := err.(apierrors.APIStatus)
+				if !ok || int(status.Status().Code) != tc.wantCode {
+					t.Fatalf("Admit() = %v, want %d", err, tc.wantCode)
+				}
+				if tc.wantField != "" {
+					found := false
+					for _, c := range status.Status().Details.Causes {
+						found = found || c.Field == tc.wantField
+					}
+					if !found || !strings.Contains(err.Error(), tc.wantField) {
+						t.Errorf("error %v: want cause and message naming %s", err, tc.wantField)
+					}
+				}
+				if tc.wantCode == http.StatusForbidden && !strings.Contains(err.Error(), `user "alice"`) {
+					t.Errorf("error %q: want it to name the user who lacks the right", err)
+				}
+			}
+			if got := tc.sbx.Annotations[controlv1alpha1.AnnotationPodSecurity] == "Namespace"; got != tc.wantAnnotation {
+				t.Errorf("pod-security annotation set: %v, want %v", got, tc.wantAnnotation)
+			}
+		})
+	}
+}

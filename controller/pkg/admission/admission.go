@@ -1,0 +1,403 @@
+// Package admission decides whether a pod template may become sandbox pods, the way
+// kube-sandbox admits them: with k8s.io/pod-security-admission, the library the kube-apiserver
+// admits pods with, at the platform's level (or the namespace's enforce level where that is
+// stricter), and without references to what the namespace holds (service accounts, tokens,
+// Secrets, ConfigMaps, volumes). What goes beyond that needs the right to create such pods:
+// sandbox-apiserver asks the kube-apiserver whether the caller has it; a Pool says so in
+// spec.podSecurity, which only such a user may set.
+//
+// The template is checked as it will run: with the hardening sandboxpod.Harden applies.
+package admission
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
+)
+
+// DefaultLevel is the platform's default pod security level: baseline keeps sandboxes off the
+// node (no privileges, host namespaces, host paths or added capabilities) while running any
+// image as it was built, root included.
+const DefaultLevel = "baseline"
+
+// ParseLevel parses LEVEL or LEVEL:VERSION (privileged, baseline, restricted; v1.N or latest).
+func ParseLevel(s string) (api.LevelVersion, error) {
+	levelStr, versionStr, hasVersion := strings.Cut(s, ":")
+	level, err := api.ParseLevel(levelStr)
+	if err != nil {
+		return api.LevelVersion{}, err
+	}
+	version := api.LatestVersion()
+	if hasVersion {
+		if version, err = api.ParseVersion(versionStr); err != nil {
+			return api.LevelVersion{}, err
+		}
+	}
+	return api.LevelVersion{Level: level, Version: version}, nil
+}
+
+// check is one pod security check with an evaluator of its own, so that a violation can be
+// traced to the field that causes it.
+type check struct {
+	id        policy.CheckID
+	level     api.Level
+	evaluator policy.Evaluator
+}
+
+// Checker checks templates against the platform's level.
+type Checker struct {
+	// Platform is the level every sandbox is held to unless its creator may create pods that
+	// need more.
+	Platform api.LevelVersion
+	checks   []check
+	// overridden are baseline checks a restricted one replaces at the restricted level.
+	overridden map[policy.CheckID]bool
+}
+
+// NewChecker returns a Checker for the platform level.
+func NewChecker(platform api.LevelVersion) (*Checker, error) {
+	c := &Checker{Platform: platform, overridden: map[policy.CheckID]bool{}}
+	for _, pc := range policy.DefaultChecks() {
+		e, err := policy.NewEvaluator([]policy.Check{pc}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("pod security check %s: %w", pc.ID, err)
+		}
+		c.checks = append(c.checks, check{id: pc.ID, level: pc.Level, evaluator: e})
+		if pc.Level == api.LevelRestricted {
+			for _, v := range pc.Versions {
+				for _, o := range v.OverrideCheckIDs {
+					c.overridden[o] = true
+				}
+			}
+		}
+	}
+	return c, nil
+}
+
+// Template is what Check looks at.
+type Template struct {
+	// Meta and Spec are the pod template's.
+	Meta *metav1.ObjectMeta
+	Spec *corev1.PodSpec
+	// Path is the field path of Spec, for errors ("spec.template.spec").
+	Path *field.Path
+	// Env is added to the first container (a sandbox's own env), at EnvPath.
+	Env     []corev1.EnvVar
+	EnvPath *field.Path
+}
+
+// Result says what stands between a template and sandbox pods.
+type Result struct {
+	// Level is the level the template was held to: the platform's or the namespace's, the
+	// stricter.
+	Level api.LevelVersion
+	// NamespaceLevel is the namespace's enforce level, which every pod there meets.
+	NamespaceLevel api.LevelVersion
+	// Invalid are violations of the namespace's level: no pod may run like this there.
+	Invalid field.ErrorList
+	// NeedsPodRights goes beyond what a sandbox may be, within the namespace's level: only
+	// a user who may create pods in the namespace may have it.
+	NeedsPodRights field.ErrorList
+}
+
+// Allowed reports whether anyone who may create sandboxes may have this one.
+func (r *Result) Allowed() bool { return len(r.Invalid) == 0 && len(r.NeedsPodRights) == 0 }
+
+// NamespacePolicy is the enforce level of a namespace with these labels, as PodSecurity
+// admission reads it: privileged when unlabelled (its default), restricted when the label is
+// not a level.
+func NamespacePolicy(labels map[string]string) api.LevelVersion {
+	p, _ := api.PolicyToEvaluate(labels, api.Policy{Enforce: api.LevelVersion{Level: api.LevelPrivileged, Version: api.LatestVersion()}})
+	return p.Enforce
+}
+
+// Check checks a template for a namespace with nsLabels.
+func (c *Checker) Check(nsLabels map[string]string, t Template) Result {
+	spec := sandboxpod.Hardened(t.Spec)
+	meta := t.Meta
+	if meta == nil {
+		meta = &metav1.ObjectMeta{}
+	}
+	ns := NamespacePolicy(nsLabels)
+	res := Result{Level: stricter(c.Platform, ns), NamespaceLevel: ns}
+	invalid := map[violation]bool{}
+	for _, v := range c.violations(ns, meta, spec, t.Path) {
+		invalid[v] = true
+		res.Invalid = append(res.Invalid, v.err(ns))
+	}
+	if res.Level != ns {
+		for _, v := range c.violations(res.Level, meta, spec, t.Path) {
+			if !invalid[v] {
+				res.NeedsPodRights = append(res.NeedsPodRights, v.err(res.Level))
+			}
+		}
+	}
+	res.NeedsPodRights = append(res.NeedsPodRights, references(t)...)
+	return res
+}
+
+// violation is a failed check at a field.
+type violation struct {
+	path, detail string
+}
+
+func (v violation) err(lv api.LevelVersion) *field.Error {
+	return field.Forbidden(field.NewPath(v.path), fmt.Sprintf("%s: not allowed at pod security level %q", v.detail, lv.String()))
+}
+
+func stricter(a, b api.LevelVersion) api.LevelVersion {
+	if api.CompareLevels(a.Level, b.Level) >= 0 {
+		return a
+	}
+	return b
+}
+
+func (c *Checker) applies(ch check, lv api.LevelVersion) bool {
+	switch lv.Level {
+	case api.LevelBaseline:
+		return ch.level == api.LevelBaseline
+	case api.LevelRestricted:
+		return ch.level == api.LevelRestricted || !c.overridden[ch.id]
+	}
+	return false
+}
+
+func allowed(results []policy.CheckResult) (bool, policy.CheckResult) {
+	for _, r := range results {
+		if !r.Allowed {
+			return false, r
+		}
+	}
+	return true, policy.CheckResult{}
+}
+
+// violations are the checks of lv the pod fails, each at the field that fails it.
+func (c *Checker) violations(lv api.LevelVersion, meta *metav1.ObjectMeta, spec *corev1.PodSpec, fld *field.Path) []violation {
+	var errs []violation
+	for _, ch := range c.checks {
+		if !c.applies(ch, lv) {
+			continue
+		}
+		ok, res := allowed(ch.evaluator.EvaluatePod(lv, meta, spec))
+		if ok {
+			continue
+		}
+		errs = append(errs, c.locate(ch, lv, meta, spec, fld, res)...)
+	}
+	return errs
+}
+
+func detail(res policy.CheckResult) string {
+	msg := res.ForbiddenReason
+	if res.ForbiddenDetail != "" {
+		msg += " (" + res.ForbiddenDetail + ")"
+	}
+	return msg
+}
+
+// locate finds the fields of spec that fail a check: the pod's own (without containers), each
+// volume, or each container.
+func (c *Checker) locate(ch check, lv api.LevelVersion, meta *metav1.ObjectMeta, spec *corev1.PodSpec, fld *field.Path, whole policy.CheckResult) []violation {
+	eval := func(s *corev1.PodSpec) (bool, policy.CheckResult) {
+		return allowed(ch.evaluator.EvaluatePod(lv, meta, s))
+	}
+	podOnly := spec.DeepCopy()
+	podOnly.Containers, podOnly.InitContainers, podOnly.EphemeralContainers = nil, nil, nil
+	var errs []violation
+	at := func(p *field.Path, r policy.CheckResult) violation {
+		return violation{path: p.String(), detail: detail(r)}
+	}
+	if ok, res := eval(podOnly); !ok {
+		switch ch.id {
+		case "hostPathVolumes", "restrictedVolumes":
+			for i := range spec.Volumes {
+				one := podOnly.DeepCopy()
+				one.Volumes = spec.Volumes[i : i+1]
+				if ok, r := eval(one); !ok {
+					errs = append(errs, at(fld.Child("volumes").Index(i), r))
+				}
+			}
+		case "hostNamespaces":
+			for _, f := range []struct {
+				name string
+				on   bool
+			}{{"hostNetwork", spec.HostNetwork}, {"hostPID", spec.HostPID}, {"hostIPC", spec.HostIPC}} {
+				if f.on {
+					errs = append(errs, at(fld.Child(f.name), res))
+				}
+			}
+		default:
+			errs = append(errs, at(podField(ch.id, fld), res))
+		}
+		if len(errs) == 0 {
+			errs = append(errs, at(fld, res))
+		}
+		return errs
+	}
+	for _, list := range []struct {
+		name       string
+		containers []corev1.Container
+	}{{"initContainers", spec.InitContainers}, {"containers", spec.Containers}} {
+		for i := range list.containers {
+			one := podOnly.DeepCopy()
+			if list.name == "initContainers" {
+				one.InitContainers = list.containers[i : i+1]
+			} else {
+				one.Containers = list.containers[i : i+1]
+			}
+			if ok, r := eval(one); !ok {
+				errs = append(errs, at(containerField(ch.id, fld.Child(list.name).Index(i)), r))
+			}
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, at(fld, whole))
+	}
+	return errs
+}
+
+func podField(id policy.CheckID, fld *field.Path) *field.Path {
+	sc := fld.Child("securityContext")
+	switch {
+	case id == "sysctls":
+		return sc.Child("sysctls")
+	case strings.HasPrefix(string(id), "seccompProfile"):
+		return sc.Child("seccompProfile")
+	case id == "seLinuxOptions":
+		return sc.Child("seLinuxOptions")
+	case id == "appArmorProfile":
+		return sc.Child("appArmorProfile")
+	case id == "runAsNonRoot":
+		return sc.Child("runAsNonRoot")
+	case id == "runAsUser":
+		return sc.Child("runAsUser")
+	case id == "windowsHostProcess":
+		return sc.Child("windowsOptions", "hostProcess")
+	}
+	return fld
+}
+
+func containerField(id policy.CheckID, c *field.Path) *field.Path {
+	sc := c.Child("securityContext")
+	switch {
+	case id == "privileged":
+		return sc.Child("privileged")
+	case strings.HasPrefix(string(id), "capabilities"):
+		return sc.Child("capabilities")
+	case id == "allowPrivilegeEscalation":
+		return sc.Child("allowPrivilegeEscalation")
+	case strings.HasPrefix(string(id), "procMount"):
+		return sc.Child("procMount")
+	case id == "hostPorts":
+		return c.Child("ports")
+	}
+	return podField(id, c)
+}
+
+// references are the fields of t that reach beyond the pod into the namespace or the
+// cluster: a sandbox alone may not have them.
+func references(t Template) field.ErrorList {
+	spec, fld := t.Spec, t.Path
+	var errs field.ErrorList
+	need := func(p *field.Path, what string) {
+		errs = append(errs, field.Forbidden(p, what+": a sandbox gets this only for a user who may create pods in the namespace"))
+	}
+	if sa := spec.ServiceAccountName; sa != "" && sa != "default" {
+		need(fld.Child("serviceAccountName"), fmt.Sprintf("runs as service account %q", sa))
+	} else if sa := spec.DeprecatedServiceAccount; sa != "" && sa != "default" {
+		need(fld.Child("serviceAccount"), fmt.Sprintf("runs as service account %q", sa))
+	}
+	if a := spec.AutomountServiceAccountToken; a != nil && *a {
+		need(fld.Child("automountServiceAccountToken"), "mounts the service account's API token")
+	}
+	for i, s := range spec.ImagePullSecrets {
+		need(fld.Child("imagePullSecrets").Index(i), fmt.Sprintf("pulls with Secret %q", s.Name))
+	}
+	for i, rc := range spec.ResourceClaims {
+		need(fld.Child("resourceClaims").Index(i), fmt.Sprintf("claims resources (%q)", rc.Name))
+	}
+	for i := range spec.Volumes {
+		if what := volumeReference(&spec.Volumes[i]); what != "" {
+			need(fld.Child("volumes").Index(i), what)
+		}
+	}
+	for _, list := range []struct {
+		name       string
+		containers []corev1.Container
+	}{{"initContainers", spec.InitContainers}, {"containers", spec.Containers}} {
+		for i := range list.containers {
+			c := &list.containers[i]
+			p := fld.Child(list.name).Index(i)
+			errs = append(errs, envReferences(c.Env, p.Child("env"), need)...)
+			for j, from := range c.EnvFrom {
+				switch {
+				case from.SecretRef != nil:
+					need(p.Child("envFrom").Index(j).Child("secretRef"), fmt.Sprintf("reads Secret %q", from.SecretRef.Name))
+				case from.ConfigMapRef != nil:
+					need(p.Child("envFrom").Index(j).Child("configMapRef"), fmt.Sprintf("reads ConfigMap %q", from.ConfigMapRef.Name))
+				}
+			}
+		}
+	}
+	if t.EnvPath != nil {
+		errs = append(errs, envReferences(t.Env, t.EnvPath, need)...)
+	}
+	return errs
+}
+
+func envReferences(env []corev1.EnvVar, fld *field.Path, need func(*field.Path, string)) field.ErrorList {
+	for i, e := range env {
+		if e.ValueFrom == nil {
+			continue
+		}
+		switch vf := e.ValueFrom; {
+		case vf.SecretKeyRef != nil:
+			need(fld.Index(i).Child("valueFrom", "secretKeyRef"), fmt.Sprintf("reads Secret %q", vf.SecretKeyRef.Name))
+		case vf.ConfigMapKeyRef != nil:
+			need(fld.Index(i).Child("valueFrom", "configMapKeyRef"), fmt.Sprintf("reads ConfigMap %q", vf.ConfigMapKeyRef.Name))
+		}
+	}
+	return nil
+}
+
+// volumeReference says what a volume reaches beyond the pod, "" for nothing: an emptyDir, the
+// pod's own fields, an image, or public cluster trust bundles. Host paths are the pod
+// security levels' to refuse.
+func volumeReference(v *corev1.Volume) string {
+	switch src := v.VolumeSource; {
+	case src.EmptyDir != nil, src.DownwardAPI != nil, src.Image != nil, src.HostPath != nil:
+		return ""
+	case src.Secret != nil:
+		return fmt.Sprintf("mounts Secret %q", src.Secret.SecretName)
+	case src.ConfigMap != nil:
+		return fmt.Sprintf("mounts ConfigMap %q", src.ConfigMap.Name)
+	case src.PersistentVolumeClaim != nil:
+		return fmt.Sprintf("mounts PersistentVolumeClaim %q", src.PersistentVolumeClaim.ClaimName)
+	case src.Ephemeral != nil:
+		return "creates a PersistentVolumeClaim (ephemeral volume)"
+	case src.Projected != nil:
+		for _, p := range src.Projected.Sources {
+			switch {
+			case p.Secret != nil:
+				return fmt.Sprintf("projects Secret %q", p.Secret.Name)
+			case p.ConfigMap != nil:
+				return fmt.Sprintf("projects ConfigMap %q", p.ConfigMap.Name)
+			case p.ServiceAccountToken != nil:
+				return "projects a service account token"
+			case p.PodCertificate != nil:
+				return "projects a pod certificate"
+			}
+		}
+		return ""
+	case src.CSI != nil:
+		return fmt.Sprintf("mounts an inline volume of CSI driver %q", src.CSI.Driver)
+	}
+	return fmt.Sprintf("mounts volume %q, which is not an emptyDir, downwardAPI, image or projected volume", v.Name)
+}

@@ -1,0 +1,319 @@
+package pki
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	certutil "k8s.io/client-go/util/cert"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
+)
+
+var start = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+func TestIssue(t *testing.T) {
+	ca, err := NewCA("ca", start, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := GenerateKey()
+	cert, err := ca.Issue(Leaf{CommonName: "x", DNSNames: []string{"a.example"}, ServerAuth: true, ClientAuth: true, Lifetime: 48 * time.Hour}, &key.PublicKey, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cert.NotAfter.Equal(ca.Cert.NotAfter) {
+		t.Errorf("NotAfter %v, want capped at the CA's %v", cert.NotAfter, ca.Cert.NotAfter)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "a.example", CurrentTime: start, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			t.Errorf("verify for %v: %v", usage, err)
+		}
+	}
+	if _, err := ca.Issue(Leaf{CommonName: "x", Lifetime: time.Hour}, &key.PublicKey, start); err == nil {
+		t.Error("a certificate for nothing was issued")
+	}
+}
+
+func TestParse(t *testing.T) {
+	ca, _ := NewCA("ca", start, time.Hour)
+	other, _ := NewCA("other", start, time.Hour)
+	keyPEM, _ := EncodeKey(ca.Key)
+	otherKeyPEM, _ := EncodeKey(other.Key)
+	if got, err := ParseCA(EncodeCerts(ca.Cert), keyPEM); err != nil || !got.Cert.Equal(ca.Cert) {
+		t.Errorf("ParseCA: %v", err)
+	}
+	if _, err := ParseCA(EncodeCerts(ca.Cert), otherKeyPEM); err == nil {
+		t.Error("ParseCA took another CA's key")
+	}
+	key, _ := GenerateKey()
+	leaf, _ := ca.Issue(Leaf{CommonName: "leaf", ClientAuth: true, Lifetime: time.Hour}, &key.PublicKey, start)
+	leafKey, _ := EncodeKey(key)
+	if _, err := ParseCA(EncodeCerts(leaf), leafKey); err == nil {
+		t.Error("ParseCA took a leaf certificate")
+	}
+	if certs, _, err := ParseKeyPair(EncodeCerts(leaf, ca.Cert), leafKey); err != nil || len(certs) != 2 {
+		t.Errorf("ParseKeyPair: %v", err)
+	}
+	if _, _, err := ParseKeyPair(EncodeCerts(leaf), keyPEM); err == nil {
+		t.Error("ParseKeyPair took another key")
+	}
+}
+
+func TestAuthority(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(start)
+	a := NewAuthority(clk)
+	if _, err := a.Bundle(); err == nil {
+		t.Error("Bundle() before a CA")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel()
+	if err := a.Wait(ctx); err == nil {
+		t.Error("Wait() returned before a CA")
+	}
+	current, _ := NewCA("current", start, 10*time.Hour)
+	previous, _ := NewCA("previous", start.Add(-time.Hour), 10*time.Hour)
+	a.Set(current, previous)
+	if err := a.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	bundle, _ := a.Bundle()
+	certs, _ := certutil.ParseCertsPEM(bundle)
+	if len(certs) != 2 || !certs[0].Equal(current.Cert) || !certs[1].Equal(previous.Cert) {
+		t.Errorf("bundle holds %d certificates, want the current CA then the previous", len(certs))
+	}
+
+	// A server that trusts only one of them gets a client certificate of that one.
+	for name, ca := range map[string]*CA{"current": current, "previous": previous} {
+		cri := &tls.CertificateRequestInfo{AcceptableCAs: [][]byte{ca.Cert.RawSubject}, Version: tls.VersionTLS13,
+			SignatureSchemes: []tls.SignatureScheme{tls.ECDSAWithP256AndSHA256}}
+		c, err := a.GetClientCertificate(cri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Leaf.CheckSignatureFrom(ca.Cert); err != nil || c.Leaf.Subject.CommonName != execdapi.ControllerIdentity {
+			t.Errorf("a server trusting the %s CA got %q, not from it: %v", name, c.Leaf.Subject.CommonName, err)
+		}
+	}
+
+	key, _ := GenerateKey()
+	chain, cert, err := a.IssuePodCertificate(&key.PublicKey, "0f1e-uid", "ns", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{execdapi.PodServerName("0f1e-uid")}, cert.DNSNames); diff != "" {
+		t.Errorf("pod certificate names (-want +got):\n%s", diff)
+	}
+	if parsed, _ := certutil.ParseCertsPEM(chain); len(parsed) != 2 || !parsed[1].Equal(current.Cert) {
+		t.Error("the pod's chain does not end with the current CA")
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: a.RootCAs(), DNSName: execdapi.PodServerName("0f1e-uid"), CurrentTime: start}); err != nil {
+		t.Errorf("pod certificate does not verify for its pod: %v", err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: a.RootCAs(), DNSName: execdapi.PodServerName("other-uid"), CurrentTime: start}); err == nil {
+		t.Error("pod certificate verifies for another pod")
+	}
+}
+
+// pkiEnv is a Reconciler on a fake client that counts its writes.
+type pkiEnv struct {
+	t      *testing.T
+	c      client.Client
+	r      *Reconciler
+	clock  *clocktesting.FakeClock
+	writes []string
+}
+
+func newPKIEnv(t *testing.T, manage bool, objs ...client.Object) *pkiEnv {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = apiregistrationv1.AddToScheme(s)
+	e := &pkiEnv{t: t, clock: clocktesting.NewFakeClock(start)}
+	count := func(verb string, obj client.Object) {
+		e.writes = append(e.writes, fmt.Sprintf("%s %T %s", verb, obj, obj.GetName()))
+	}
+	e.c = fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			count("create", obj)
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			count("update", obj)
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			count("patch", obj)
+			return c.Patch(ctx, obj, p, opts...)
+		},
+	}).Build()
+	e.r = &Reconciler{Client: e.c, Recorder: events.NewFakeRecorder(10), Authority: NewAuthority(e.clock), Namespace: "ksb",
+		CASecret: DefaultCASecret, APIServerSecret: DefaultAPIServerSecret, APIServerService: DefaultAPIServerService,
+		APIService: DefaultAPIService, Manage: manage, CALifetime: 100 * time.Hour, CertificateLifetime: 30 * time.Hour, Clock: e.clock}
+	return e
+}
+
+func (e *pkiEnv) reconcile() reconcile.Result {
+	e.t.Helper()
+	res, err := e.r.Reconcile(e.t.Context(), reconcile.Request{})
+	if err != nil {
+		e.t.Fatalf("Reconcile: %v", err)
+	}
+	return res
+}
+
+func (e *pkiEnv) secret(name string) *corev1.Secret {
+	e.t.Helper()
+	s := &corev1.Secret{}
+	if err := e.c.Get(e.t.Context(), client.ObjectKey{Namespace: "ksb", Name: name}, s); err != nil {
+		e.t.Fatalf("get secret %s: %v", name, err)
+	}
+	return s
+}
+
+func apiService() *apiregistrationv1.APIService {
+	return &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: DefaultAPIService},
+		Spec: apiregistrationv1.APIServiceSpec{Group: "sandbox.kube-sandbox.io", Version: "v1alpha1", InsecureSkipTLSVerify: true}}
+}
+
+func TestReconcileBootstrapsAndRotates(t *testing.T) {
+	e := newPKIEnv(t, true, apiService())
+	res := e.reconcile()
+	if diff := cmp.Diff([]string{
+		"create *v1.Secret kube-sandbox-ca", "create *v1.Secret sandbox-apiserver-tls", "patch *v1.APIService v1alpha1.sandbox.kube-sandbox.io",
+	}, e.writes); diff != "" {
+		t.Fatalf("writes of the bootstrap (-want +got):\n%s", diff)
+	}
+	caSecret := e.secret(DefaultCASecret)
+	ca, err := ParseCA(caSecret.Data[SecretCertKey], caSecret.Data[SecretKeyKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next deadline: the apiserver's certificate at two thirds of its 30 h (from a little
+	// before now: certificates are backdated).
+	if res.RequeueAfter < 19*time.Hour || res.RequeueAfter > 20*time.Hour {
+		t.Errorf("RequeueAfter = %v, want the renewal of sandbox-apiserver's certificate in 20h", res.RequeueAfter)
+	}
+	api := e.secret(DefaultAPIServerSecret)
+	certs, _, err := ParseKeyPair(api.Data[SecretCertKey], api.Data[SecretKeyKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, DNSName: "sandbox-apiserver.ksb.svc", CurrentTime: start}); err != nil {
+		t.Errorf("sandbox-apiserver's certificate does not verify for its Service: %v", err)
+	}
+	if certs[0].Subject.CommonName != execdapi.APIServerIdentity {
+		t.Errorf("identity %q", certs[0].Subject.CommonName)
+	}
+	svc := &apiregistrationv1.APIService{}
+	_ = e.c.Get(t.Context(), client.ObjectKey{Name: DefaultAPIService}, svc)
+	if string(svc.Spec.CABundle) != string(EncodeCerts(ca.Cert)) || svc.Spec.InsecureSkipTLSVerify {
+		t.Errorf("APIService caBundle set: %v, insecure: %v; want the CA and verification", len(svc.Spec.CABundle) > 0, svc.Spec.InsecureSkipTLSVerify)
+	}
+
+	// At rest, nothing is written.
+	e.writes = nil
+	e.reconcile()
+	if len(e.writes) != 0 {
+		t.Errorf("a second reconcile wrote %v", e.writes)
+	}
+
+	// 21 h later: the apiserver's certificate is renewed, the CA kept.
+	e.clock.Step(21 * time.Hour)
+	e.reconcile()
+	if diff := cmp.Diff([]string{"update *v1.Secret sandbox-apiserver-tls"}, e.writes); diff != "" {
+		t.Errorf("writes of a renewal (-want +got):\n%s", diff)
+	}
+
+	// 81 h after the start, the CA is four fifths through its life: a new one signs, the old is
+	// trusted until it expires; sandbox-apiserver gets a client certificate of each.
+	e.writes = nil
+	e.clock.SetTime(start.Add(81 * time.Hour))
+	e.reconcile()
+	caSecret = e.secret(DefaultCASecret)
+	next, _ := ParseCA(caSecret.Data[SecretCertKey], caSecret.Data[SecretKeyKey])
+	prev, err := ParseCA(caSecret.Data[SecretPreviousCertKey], caSecret.Data[SecretPreviousKeyKey])
+	if err != nil || next.Cert.Equal(ca.Cert) || !prev.Cert.Equal(ca.Cert) {
+		t.Fatalf("after rotation: a new CA %v, the old one kept %v (%v)", !next.Cert.Equal(ca.Cert), prev != nil && prev.Cert.Equal(ca.Cert), err)
+	}
+	bundle, _ := certutil.ParseCertsPEM(caSecret.Data[SecretCAKey])
+	if len(bundle) != 2 {
+		t.Errorf("bundle of %d CAs, want both", len(bundle))
+	}
+	api = e.secret(DefaultAPIServerSecret)
+	cur, _, _ := ParseKeyPair(api.Data[SecretCertKey], api.Data[SecretKeyKey])
+	old, _, err := ParseKeyPair(api.Data[SecretPreviousCertKey], api.Data[SecretPreviousKeyKey])
+	if err != nil || cur[0].CheckSignatureFrom(next.Cert) != nil || old[0].CheckSignatureFrom(ca.Cert) != nil {
+		t.Errorf("sandbox-apiserver's certificates do not come from the new and the old CA: %v", err)
+	}
+	if got, _ := e.r.Authority.Bundle(); string(got) != string(caSecret.Data[SecretCAKey]) {
+		t.Error("the Authority does not hold the new bundle")
+	}
+
+	// Once the old CA expired, it is gone.
+	e.clock.SetTime(start.Add(101 * time.Hour))
+	e.reconcile()
+	caSecret = e.secret(DefaultCASecret)
+	if len(caSecret.Data[SecretPreviousCertKey]) != 0 {
+		t.Error("the expired CA is still kept")
+	}
+}
+
+func TestReconcileUnmanaged(t *testing.T) {
+	e := newPKIEnv(t, false, apiService())
+	e.reconcile()
+	if len(e.writes) != 0 {
+		t.Fatalf("an unmanaged PKI wrote %v", e.writes)
+	}
+	if _, err := e.r.Authority.Bundle(); err == nil {
+		t.Error("the Authority has a CA before the Secret exists")
+	}
+	// cert-manager's CA Secret appears.
+	ca, _ := NewCA("cert-manager-ca", start, 100*time.Hour)
+	keyPEM, _ := EncodeKey(ca.Key)
+	if err := e.c.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ksb", Name: DefaultCASecret},
+		Type: corev1.SecretTypeTLS, Data: map[string][]byte{SecretCertKey: EncodeCerts(ca.Cert), SecretKeyKey: keyPEM, SecretCAKey: EncodeCerts(ca.Cert)}}); err != nil {
+		t.Fatal(err)
+	}
+	e.writes = nil
+	e.clock.SetTime(start.Add(99 * time.Hour)) // due for rotation, were it ours
+	e.reconcile()
+	if len(e.writes) != 0 {
+		t.Errorf("an unmanaged PKI wrote %v", e.writes)
+	}
+	if b, err := e.r.Authority.Bundle(); err != nil || string(b) != string(EncodeCerts(ca.Cert)) {
+		t.Errorf("the Authority does not use cert-manager's CA: %v", err)
+	}
+}
+
+func TestReconcileKeepsAnInvalidCASecret(t *testing.T) {
+	broken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ksb", Name: DefaultCASecret},
+		Data: map[string][]byte{SecretCertKey: []byte("not a certificate")}}
+	e := newPKIEnv(t, true, broken)
+	e.reconcile()
+	if len(e.writes) != 0 {
+		t.Errorf("wrote %v: a Secret that is not ours to fix was overwritten", e.writes)
+	}
+	if got := e.secret(DefaultCASecret); string(got.Data[SecretCertKey]) != "not a certificate" {
+		t.Error("the invalid CA Secret changed")
+	}
+}
