@@ -8,7 +8,8 @@ source "$(dirname "$0")/lib/common.sh"
 LOG_PREFIX=build-cluster
 
 mkdir -p "$CBIN"
-stamp() { sha256sum "$ROOT/hack/tools/$1/go.mod" "$ROOT/hack/tools/$1/go.sum" "$0" | sha256sum | cut -c1-16; }
+# The contents only, not the paths: the same script called by another path is the same build.
+stamp() { cat "$ROOT/hack/tools/$1/go.mod" "$ROOT/hack/tools/$1/go.sum" "$ROOT/hack/build-cluster.sh" | sha256sum | cut -c1-16; }
 
 maj=$(echo "${KUBE_VERSION#v}" | cut -d. -f1); min=$(echo "${KUBE_VERSION#v}" | cut -d. -f2)
 ld=""
