@@ -121,13 +121,17 @@ func TestRBACMatrix(t *testing.T) {
 		{"list", kc("get", "sandboxes")},
 		{"status", kc("get", "sandbox", "target", "--subresource=status")},
 		{"exec", ks("exec", "target", "--", "true")},
+		{"ls", ks("ls", "target", "/tmp")},
+		{"cp-up", ks("cp", "-", "target:/tmp/from-cp")},
+		{"cp-down", ks("cp", "target:/etc/hostname", "-")},
 		{"renew", ks("renew", "target", "--for", "5m")},
 		{"label", kc("label", "sandbox", "target", "touched=yes", "--overwrite")},
 		{"create", ks("create", "other", "--image", pythonImage)},
 		{"delete", kc("delete", "sandbox", "other", "--wait=false")},
 	}
 	allowed := map[string]map[string]bool{ // user -> action -> allowed in home (never in away)
-		"ed":  {"get": true, "list": true, "status": true, "exec": true, "renew": true, "label": true, "create": true, "delete": true},
+		"ed": {"get": true, "list": true, "status": true, "exec": true, "ls": true, "cp-up": true, "cp-down": true,
+			"renew": true, "label": true, "create": true, "delete": true},
 		"vic": {"get": true, "list": true, "status": true},
 		"nob": {},
 	}
@@ -138,7 +142,7 @@ func TestRBACMatrix(t *testing.T) {
 				name := user + "/" + map[bool]string{true: "home", false: "away"}[ns == home] + "/" + a.name
 				t.Run(name, func(t *testing.T) {
 					argv := a.args(ns, "--as="+user)
-					r := run(t, nil, argv[0], argv[1:]...)
+					r := run(t, []byte("from stdin"), argv[0], argv[1:]...)
 					if want && r.code != 0 {
 						t.Errorf("%v: want allowed, got exit %d: %s", argv, r.code, r.stderr)
 					}
