@@ -127,9 +127,9 @@ func TestSandboxLifecycle(t *testing.T) {
 	})
 
 	t.Run("stderr and success", func(t *testing.T) {
-		r := run(t, nil, "kubectl", "sandbox", "-n", ns, "exec", "demo", "--", "sh", "-c", "echo to-err >&2; echo $SANDBOX_EXECD_TOKEN")
-		if r.code != 0 || r.stderr != "to-err\n" || r.stdout != "\n" {
-			t.Errorf("exit %d stdout %q stderr %q; want 0, an empty token line, and to-err on stderr", r.code, r.stdout, r.stderr)
+		r := run(t, nil, "kubectl", "sandbox", "-n", ns, "exec", "demo", "--", "sh", "-c", "echo to-err >&2; echo to-out")
+		if r.code != 0 || r.stderr != "to-err\n" || r.stdout != "to-out\n" {
+			t.Errorf("exit %d stdout %q stderr %q; want 0, to-out on stdout and to-err on stderr", r.code, r.stdout, r.stderr)
 		}
 	})
 

@@ -114,6 +114,7 @@ type podObject struct {
 	}
 	Status struct {
 		Phase      string
+		PodIP      string
 		Conditions []condition
 	}
 }
