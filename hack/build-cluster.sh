@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # build-cluster.sh: builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
-# (k8s.io/kubernetes $KUBE_VERSION) and etcd from the Go module proxy into _output/cluster/bin.
+# (k8s.io/kubernetes $KUBE_VERSION), etcd, and gVisor's runsc and containerd-shim-runsc-v1 (the
+# local cluster's gvisor RuntimeClass) from the Go module proxy into _output/cluster/bin.
 # The sources are pinned by the separate tools modules under hack/tools/ (never the root go.mod).
 # A binary is rebuilt only when its tools module changed, so a warm run costs nothing.
 set -euo pipefail
@@ -19,24 +20,45 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	ld="$ld -X $p.gitCommit=0000000000000000000000000000000000000000 -X $p.buildDate=2026-01-01T00:00:00Z"
 done
 
-build() { # module binary package
-	local mod=$1 bin=$2 pkg=$3 s st
+build() { # module binary package [ldflags [prepare]]: prepare prints another directory to build in
+	local mod=$1 bin=$2 pkg=$3 flags=${4-$ld} prepare=${5-} dir=$ROOT/hack/tools/$1 s st
 	st=$(stamp "$mod")
 	if [ -x "$CBIN/$bin" ] && [ "$(cat "$CBIN/.$bin.stamp" 2>/dev/null)" = "$st" ]; then
 		return 0
 	fi
 	s=$(date +%s.%N)
 	log "building $bin (cold: kube-apiserver ~10 min, the others 1-3 min each on 2 cores)"
-	(cd "$ROOT/hack/tools/$mod" && go build -trimpath -ldflags="-s -w $ld" -o "$CBIN/$bin.tmp" "$pkg")
+	[ -z "$prepare" ] || dir=$($prepare)
+	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $flags" -o "$CBIN/$bin.tmp" "$pkg")
 	mv "$CBIN/$bin.tmp" "$CBIN/$bin"
 	echo "$st" >"$CBIN/.$bin.stamp"
 	log "built $bin in $(elapsed "$s")s"
 }
 
-targets=("${@:-kube-apiserver kube-controller-manager kube-scheduler kubelet etcd}")
+# shim_vendor: the packages of the gVisor shim vendored into a copy of its tools module, with one
+# line of the shim changed. The shim sets its daemon's oom_score_adj to -999, which takes
+# CAP_SYS_RESOURCE, and gives up without it; root on these machines lacks it (containerd.toml's
+# restrict_oom_score_adj is there for the same reason). Changed, the shim keeps the score it
+# inherited when the kernel refuses the lower one. Prints the directory to build in.
+shim_vendor() {
+	local dir=$OUT/cluster/gvisor-shim f=vendor/gvisor.dev/gvisor/pkg/shim/service.go
+	rm -rf "$dir" && mkdir -p "$dir"
+	cp "$ROOT"/hack/tools/gvisor-shim/{go.mod,go.sum,tools.go} "$dir/"
+	(cd "$dir" && go mod vendor) >&2
+	sed -i '/SetScore(cmd.Process.Pid)/s/; err != nil {/; err != nil \&\& !os.IsPermission(err) {/' "$dir/$f"
+	grep -q 'SetScore(cmd.Process.Pid); err != nil && !os.IsPermission(err)' "$dir/$f" ||
+		die "the gVisor shim changed: $f has no SetScore line to relax"
+	echo "$dir"
+}
+
+targets=("${@:-kube-apiserver kube-controller-manager kube-scheduler kubelet etcd runsc containerd-shim-runsc-v1}")
+# gVisor's version, as runsc --version prints it: the pseudo-version pinned in its module.
+gvisor=$(awk 'NF >= 2 && $(NF-1) == "gvisor.dev/gvisor" {print $NF}' "$ROOT/hack/tools/gvisor/go.mod")
 for t in ${targets[@]}; do
 	case $t in
 	etcd) build etcd etcd . ;;
+	runsc) build gvisor runsc gvisor.dev/gvisor/runsc "-X gvisor.dev/gvisor/runsc/version.version=$gvisor" ;;
+	containerd-shim-runsc-v1) build gvisor-shim containerd-shim-runsc-v1 gvisor.dev/gvisor/shim "" shim_vendor ;;
 	kube-*|kubelet) build k8s "$t" "k8s.io/kubernetes/cmd/$t" ;;
 	*) die "unknown target $t" ;;
 	esac
