@@ -37,7 +37,7 @@ ensure_packages "${CLUSTER_PACKAGES[@]}"
 
 # --- binaries ------------------------------------------------------------------------------
 missing=()
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet runsc containerd-shim-runsc-v1; do
 	[ -x "$CBIN/$b" ] || missing+=("$b")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -50,7 +50,7 @@ done
 
 # --- configuration ---------------------------------------------------------------------------
 p=${POD_GW%.*}
-export RUN PKI HOST_IP CONTAINERD_SOCK PAUSE_IMAGE KUBE_CGROUP_ROOT CNI_NETWORK POD_BRIDGE POD_CIDR POD_GW MAX_PODS
+export CBIN RUN PKI HOST_IP CONTAINERD_SOCK PAUSE_IMAGE KUBE_CGROUP_ROOT CNI_NETWORK POD_BRIDGE POD_CIDR POD_GW MAX_PODS
 export POD_RANGE_START=${POD_RANGE_START:-$p.10}
 # The kubelet sets its open-files limit to maxOpenFiles (default 1000000), which fails without
 # CAP_SYS_RESOURCE when the hard limit is lower: ask for the hard limit we have.
@@ -64,12 +64,12 @@ export KUBELET_MAX_OPEN_FILES
 CLUSTER_DNS=$(awk '$1 == "nameserver" && $2 !~ /^127\./ && $2 != "::1" {print $2; exit}' /etc/resolv.conf 2>/dev/null || true)
 export CLUSTER_DNS
 render() { # TEMPLATE OUT: substitute only our variables (${NAME}) in a hack/cluster/conf template
-	envsubst '${RUN} ${PKI} ${HOST_IP} ${CONTAINERD_SOCK} ${PAUSE_IMAGE} ${KUBE_CGROUP_ROOT} ${CNI_NETWORK} ${POD_BRIDGE} ${POD_CIDR} ${POD_GW} ${POD_RANGE_START} ${MAX_PODS} ${KUBELET_MAX_OPEN_FILES} ${CLUSTER_DNS}' \
+	envsubst '${CBIN} ${RUN} ${PKI} ${HOST_IP} ${CONTAINERD_SOCK} ${PAUSE_IMAGE} ${KUBE_CGROUP_ROOT} ${CNI_NETWORK} ${POD_BRIDGE} ${POD_CIDR} ${POD_GW} ${POD_RANGE_START} ${MAX_PODS} ${KUBELET_MAX_OPEN_FILES} ${CLUSTER_DNS}' \
 		<"$HERE/conf/$1" >"$2.tmp"
 	mv "$2.tmp" "$2"
 }
 # Configuration files and what they are rendered to, as TEMPLATE:PATH-BELOW-$RUN.
-CONFIGS=(containerd.toml:containerd/config.toml kubelet.yaml:kubelet.yaml "10-kube-sandbox.conflist:cni/net.d/10-$CNI_NETWORK.conflist")
+CONFIGS=(containerd.toml:containerd/config.toml runsc.toml:containerd/runsc.toml kubelet.yaml:kubelet.yaml "10-kube-sandbox.conflist:cni/net.d/10-$CNI_NETWORK.conflist")
 # config_drift prints what the running cluster was started with and up.sh would now start
 # differently (an older checkout, another POD_CIDR or MAX_PODS); nothing when it is current.
 config_drift() {
@@ -198,7 +198,8 @@ start etcd "$CBIN/etcd" --name "$NODE_NAME" --data-dir "$RUN/etcd-data" \
 	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
 	--initial-cluster "$NODE_NAME=http://127.0.0.1:2380" --listen-metrics-urls http://127.0.0.1:2381 \
 	--quota-backend-bytes=4294967296 --unsafe-no-fsync="$ETCD_UNSAFE_NO_FSYNC"
-start containerd containerd --config "$RUN/containerd/config.toml"
+# containerd finds its shims on its PATH: containerd-shim-runsc-v1 is in $CBIN.
+start containerd env PATH="$CBIN:$PATH" containerd --config "$RUN/containerd/config.toml"
 waitfor etcd etcd sh -c 'curl -sf -m 1 http://127.0.0.1:2381/health | grep -q "\"health\":\"true\""'
 
 # --- kube-apiserver ----------------------------------------------------------------------------
