@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # up.sh (make up): a real single-node Kubernetes on this machine with kube-sandbox installed.
-# Installs missing Debian packages, builds Kubernetes and etcd (cached in _output), builds the
-# images (busybox and Python sandboxes, our components), starts the cluster, installs
-# kube-sandbox from artifacts/ and the sample pool artifacts/samples/pool-python.yaml, and waits
-# until the pool is Ready. Run as root. Safe to run again: a running cluster is kept.
-# Env: SAMPLE_POOL=0 skips the sample pool; POOL_TIMEOUT (default 180s) bounds the wait for it.
+# Installs missing Debian packages, builds Kubernetes, etcd and gVisor (cached in _output),
+# builds the images (busybox and Python sandboxes, our components), starts the cluster, installs
+# kube-sandbox from artifacts/ and the sample pools artifacts/samples/pool-python.yaml and
+# pool-python-gvisor.yaml, and waits until they are Ready. Run as root. Safe to run again: a
+# running cluster is kept.
+# Env: SAMPLE_POOL=0 skips the sample pools; POOL_TIMEOUT (default 180s) bounds the wait for each.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 LOG_PREFIX=up
@@ -13,7 +14,7 @@ SAMPLE_POOL=${SAMPLE_POOL:-1}
 POOL_TIMEOUT=${POOL_TIMEOUT:-180s}
 ensure_packages "${CLUSTER_PACKAGES[@]}"
 
-log "Kubernetes $KUBE_VERSION and etcd binaries"
+log "Kubernetes $KUBE_VERSION, etcd and gVisor binaries"
 "$ROOT/hack/build-cluster.sh"
 log "images"
 "$ROOT/hack/images/build.sh" | sed 's/^/  /'
@@ -22,26 +23,30 @@ log "cluster"
 log "kube-sandbox"
 "$ROOT/hack/install.sh" | sed 's/^/  /'
 
-if [ "$SAMPLE_POOL" != 0 ]; then
-	export KUBECONFIG=$ADMIN_KUBECONFIG
-	POOL=(-n default pool/python)
-	log "sample pool default/python (artifacts/samples/pool-python.yaml)"
+sample_pool() { # NAME FILE: apply a sample pool of artifacts/samples and wait until it is Ready
+	local name=$1 file=$2 pool=(-n default "pool/$1")
+	log "sample pool default/$name ($file)"
 	# The sample names the default image; a SANDBOX_IMAGE_PYTHON of another name replaces it.
-	sed "s|image: kube-sandbox.local/sandbox-python:3.11\$|image: $SANDBOX_IMAGE_PYTHON|" "$ROOT/artifacts/samples/pool-python.yaml" |
+	sed "s|image: kube-sandbox.local/sandbox-python:3.11\$|image: $SANDBOX_IMAGE_PYTHON|" "$ROOT/$file" |
 		kubectl apply --server-side --force-conflicts -f - | sed 's/^/  /' ||
-		die "cannot apply artifacts/samples/pool-python.yaml"
-	if ! kubectl wait --for=condition=Ready "${POOL[@]}" --timeout="$POOL_TIMEOUT" >/dev/null; then
+		die "cannot apply $file"
+	if ! kubectl wait --for=condition=Ready "${pool[@]}" --timeout="$POOL_TIMEOUT" >/dev/null; then
 		{
-			echo "---- kubectl describe pool python ----"
-			kubectl describe "${POOL[@]}" || true
+			echo "---- kubectl describe pool $name ----"
+			kubectl describe "${pool[@]}" || true
 			echo "---- its pods ----"
-			kubectl -n default get pods -l control.kube-sandbox.io/pool=python -o wide || true
+			kubectl -n default get pods -l "control.kube-sandbox.io/pool=$name" -o wide || true
 			echo "---- last lines of the sandbox-controller's log ----"
 			kubectl -n kube-sandbox-system logs deployment/sandbox-controller --tail=20 || true
 		} >&2
-		die "pool default/python is not Ready after $POOL_TIMEOUT (details above; SAMPLE_POOL=0 skips the sample pool)"
+		die "pool default/$name is not Ready after $POOL_TIMEOUT (details above; SAMPLE_POOL=0 skips the sample pools)"
 	fi
-	log "pool default/python Ready"
+	log "pool default/$name Ready"
+}
+if [ "$SAMPLE_POOL" != 0 ]; then
+	export KUBECONFIG=$ADMIN_KUBECONFIG
+	sample_pool python artifacts/samples/pool-python.yaml
+	sample_pool python-gvisor artifacts/samples/pool-python-gvisor.yaml
 fi
 
 cat <<TXT
@@ -59,12 +64,15 @@ TXT
 if [ "$SAMPLE_POOL" != 0 ]; then
 	cat <<TXT
 
-A sandbox from the warm pool default/python (artifacts/samples/pool-python.yaml):
+A sandbox from the warm pool default/python (artifacts/samples/pool-python.yaml), and one in
+gVisor from default/python-gvisor (artifacts/samples/pool-python-gvisor.yaml):
 
   kubectl get pools
   kubectl sandbox create fast --pool python
   kubectl sandbox exec fast -- python3 -c 'print(6*7)'
-  kubectl sandbox delete fast
+  kubectl sandbox create isolated --pool python-gvisor
+  kubectl sandbox exec isolated -- dmesg
+  kubectl sandbox delete fast isolated
 TXT
 fi
 cat <<TXT
