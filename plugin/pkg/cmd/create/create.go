@@ -54,7 +54,9 @@ var (
 		pod to start. The entrypoint and --env reach the pod when it is given to the sandbox.
 		While the pool has no idle pod, the sandbox stays Pending with the reason PoolExhausted
 		until the pool has grown; PoolNotFound says that there is no such pool. Exactly one of
-		--image and --pool is required.
+		--image and --pool is required. --runtime-class runs the pods of an --image sandbox
+		with a RuntimeClass of the cluster, like gvisor ('kubectl get runtimeclasses'); a pool's
+		template names its own.
 
 		With --timeout the sandbox is deleted that long after its creation, unless renewed
 		with 'kubectl sandbox renew'; without it, it lives until deleted. --auto-renew keeps
@@ -70,6 +72,9 @@ var (
 
 		# Create a sandbox whose container runs an HTTP server
 		kubectl sandbox create web --image python:3.13-slim -- python -m http.server 8080
+
+		# Create a sandbox whose pod runs in gVisor (the RuntimeClass gvisor)
+		kubectl sandbox create isolated --image python:3.13-slim --runtime-class gvisor
 
 		# Create a sandbox from an idle pod of the warm pool "python" (see 'kubectl get pools')
 		kubectl sandbox create fast --pool python
@@ -90,15 +95,17 @@ type CreateOptions struct {
 	PrintFlags *genericclioptions.PrintFlags
 	PrintObj   printers.ResourcePrinterFunc
 
-	Name       string
-	Image      string
-	Pool       string
-	Env        []string
-	Replicas   int32
-	Entrypoint []string
-	DryRun     string
-	Timeout    time.Duration
-	AutoRenew  time.Duration
+	Name  string
+	Image string
+	Pool  string
+	// RuntimeClass is the template's runtimeClassName (--image only).
+	RuntimeClass string
+	Env          []string
+	Replicas     int32
+	Entrypoint   []string
+	DryRun       string
+	Timeout      time.Duration
+	AutoRenew    time.Duration
 
 	// replicasSet is whether --replicas was given; without it the server's default applies.
 	replicasSet bool
@@ -151,6 +158,7 @@ func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.
 	cmd.Flags().StringVar(&o.Image, "image", o.Image, "The container image the sandbox runs. Exactly one of --image and --pool.")
 	cmd.Flags().StringVar(&o.Pool, "pool", o.Pool, "The warm pool (a Pool of the namespace) whose idle pods the replicas get. Exactly one of --image and --pool.")
 	_ = cmd.RegisterFlagCompletionFunc("pool", cmdutil.PoolNameCompletion(f))
+	cmd.Flags().StringVar(&o.RuntimeClass, "runtime-class", o.RuntimeClass, "With --image: the RuntimeClass of the sandbox's pods (like gvisor). Default: the cluster's default runtime.")
 	cmd.Flags().StringArrayVarP(&o.Env, "env", "e", o.Env, "An environment variable of the sandbox container, KEY=VALUE; repeat for more.")
 	cmd.Flags().Int32Var(&o.Replicas, "replicas", o.Replicas, "Number of sandbox pods.")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "Lifetime of the sandbox (like 30m or 2h, at least 60s): it is deleted that long after creation unless renewed. The server may cap it. Default: no expiry.")
@@ -228,6 +236,14 @@ func (o *CreateOptions) Validate() error {
 		if errs := validation.IsDNS1123Subdomain(o.Pool); len(errs) > 0 {
 			return fmt.Errorf("invalid --pool %q: %s", o.Pool, strings.Join(errs, "; "))
 		}
+		if o.RuntimeClass != "" {
+			return fmt.Errorf("--runtime-class cannot be used with --pool: the pool's template names its runtime class")
+		}
+	}
+	if o.RuntimeClass != "" {
+		if errs := validation.IsDNS1123Subdomain(o.RuntimeClass); len(errs) > 0 {
+			return fmt.Errorf("invalid --runtime-class %q: %s", o.RuntimeClass, strings.Join(errs, "; "))
+		}
 	}
 	if o.replicasSet && o.Replicas < 1 {
 		return fmt.Errorf("--replicas must be at least 1, got %d", o.Replicas)
@@ -298,6 +314,10 @@ func (o *CreateOptions) Sandbox() *sandboxv1alpha1.Sandbox {
 			Spec: corev1.PodSpec{
 				Containers: []corev1.Container{{Name: ContainerName, Image: o.Image}},
 			},
+		}
+		if o.RuntimeClass != "" {
+			rc := o.RuntimeClass
+			sb.Spec.Template.Spec.RuntimeClassName = &rc
 		}
 	}
 	if o.replicasSet {

@@ -66,6 +66,29 @@ func TestCreate(t *testing.T) {
 			wantOut: "sandbox.sandbox.kube-sandbox.io/s2 created\n",
 		},
 		{
+			name: "runtime class",
+			args: []string{"s13", "--image", "busybox", "--runtime-class", "gvisor"},
+			want: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "s13", Namespace: cmdtesting.Namespace},
+				Spec: sandboxv1alpha1.SandboxSpec{Template: func() *corev1.PodTemplateSpec {
+					tpl := template("busybox")
+					tpl.Spec.RuntimeClassName = ptr.To("gvisor")
+					return tpl
+				}()},
+			},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/s13 created\n",
+		},
+		{
+			name:    "runtime class with a pool",
+			args:    []string{"s14", "--pool", "python", "--runtime-class", "gvisor"},
+			wantErr: "error: --runtime-class cannot be used with --pool: the pool's template names its runtime class\n",
+		},
+		{
+			name:    "runtime class that is not a name",
+			args:    []string{"s14", "--image", "busybox", "--runtime-class", "G_Visor"},
+			wantErr: `error: invalid --runtime-class "G_Visor": a lowercase RFC 1123 subdomain`,
+		},
+		{
 			name: "timeout and auto-renew in seconds",
 			args: []string{"s10", "--image", "busybox", "--timeout", "10m", "--auto-renew=5m"},
 			want: &sandboxv1alpha1.Sandbox{
