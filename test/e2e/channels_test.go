@@ -80,9 +80,25 @@ while True:
     threading.Thread(target=handle, args=(c,), daemon=True).start()
 `
 
+// TestFilesProxyAndPortForward: files, proxy, port-forward and a terminal, in a sandbox of the
+// default runtime (runc) and in one of gVisor (RuntimeClass gvisor).
 func TestFilesProxyAndPortForward(t *testing.T) {
+	for _, runtimeClass := range []string{"", "gvisor"} {
+		name := runtimeClass
+		if name == "" {
+			name = "runc"
+		}
+		t.Run(name, func(t *testing.T) { testChannels(t, runtimeClass) })
+	}
+}
+
+func testChannels(t *testing.T, runtimeClass string) {
 	ns := newNamespace(t)
-	r := run(t, nil, "kubectl", "sandbox", "-n", ns, "create", "web", "--image", pythonImage, "--", "python3", "-c", webServer)
+	args := []string{"sandbox", "-n", ns, "create", "web", "--image", pythonImage}
+	if runtimeClass != "" {
+		args = append(args, "--runtime-class", runtimeClass)
+	}
+	r := run(t, nil, "kubectl", append(args, "--", "python3", "-c", webServer)...)
 	if r.code != 0 {
 		t.Fatalf("create: %s", r.stderr)
 	}
