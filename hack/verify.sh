@@ -20,6 +20,16 @@ for m in . hack/tools/k8s hack/tools/etcd hack/tools/codegen hack/tools/gvisor h
 	(cd "$m" && go mod tidy -diff >/dev/null) || { echo "go.mod/go.sum of $m are not tidy: run go mod tidy there"; fail=1; }
 done
 
+log "manifests"
+# Every kustomization renders; the cert-manager overlay's patches still hit what they mean to.
+for k in artifacts/base artifacts/local artifacts/cert-manager; do
+	kubectl kustomize "$k" >/dev/null || { echo "$k does not render"; fail=1; }
+done
+cm=$(kubectl kustomize artifacts/cert-manager 2>/dev/null || true)
+grep -q -- '- --manage-pki=false' <<<"$cm" && ! grep -q -- '--manage-pki=true' <<<"$cm" &&
+	grep -q 'cert-manager.io/inject-ca-from: kube-sandbox-system/sandbox-apiserver-tls' <<<"$cm" ||
+	{ echo "artifacts/cert-manager no longer turns off the controller's PKI or injects the APIService's caBundle"; fail=1; }
+
 log "generated code"
 # Regenerate and compare with what was there (committed or not): stale means different.
 generated=(apiserver/apis controller/apis apiserver/pkg/generated artifacts/base/crds)
