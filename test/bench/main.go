@@ -40,6 +40,7 @@ var (
 	streamMB  = flag.Int("stream-mb", 1024, "MiB streamed through exec per path")
 	fileMB    = flag.Int("file-mb", 200, "MiB uploaded and downloaded per path")
 	only      = flag.String("only", "", "run one part: exec or pools (default: both)")
+	gvisor    = flag.String("gvisor-runtime-class", "gvisor", "RuntimeClass of the gVisor rows (exec in gVisor against the same in runc); empty: skip them")
 )
 
 func main() {
@@ -75,7 +76,7 @@ func run(ctx context.Context) error {
 	if *only == "pools" {
 		return b.pools(ctx)
 	}
-	if err := b.createSandbox(ctx); err != nil {
+	if err := b.createSandbox(ctx, ""); err != nil {
 		return err
 	}
 	defer func() {
@@ -112,6 +113,11 @@ func run(ctx context.Context) error {
 	if err := b.files(ctx); err != nil {
 		fmt.Printf("| files vs kubectl cp | skipped: %v | | |\n", err)
 	}
+	if *gvisor != "" {
+		if err := b.gVisor(ctx, ours); err != nil {
+			fmt.Printf("| exec in gVisor | skipped: %v | | |\n", err)
+		}
+	}
 	if *only == "exec" {
 		return nil
 	}
@@ -120,12 +126,17 @@ func run(ctx context.Context) error {
 	return b.pools(ctx)
 }
 
-func (b *bench) createSandbox(ctx context.Context) error {
+// createSandbox creates the sandbox b.name (of runtimeClass, unless empty) and waits until it
+// runs.
+func (b *bench) createSandbox(ctx context.Context, runtimeClass string) error {
 	sbx := &sandboxv1alpha1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: b.name},
 		Spec: sandboxv1alpha1.SandboxSpec{Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "sandbox", Image: *image}},
 		}}},
+	}
+	if runtimeClass != "" {
+		sbx.Spec.Template.Spec.RuntimeClassName = &runtimeClass
 	}
 	if _, err := b.sandboxes.SandboxV1alpha1().Sandboxes(*namespace).Create(ctx, sbx, metav1.CreateOptions{}); err != nil {
 		return err
@@ -140,6 +151,42 @@ func (b *bench) createSandbox(ctx context.Context) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return fmt.Errorf("sandbox %s not Running after 2m", b.name)
+}
+
+// gVisor measures exec in a sandbox of the gVisor RuntimeClass: round trips and throughput
+// against pods/exec on that pod, and against runcThroughput, ours in runc in this run.
+func (b *bench) gVisor(ctx context.Context, runcThroughput float64) error {
+	g := *b
+	g.name = b.name + "-gvisor"
+	if err := g.createSandbox(ctx, *gvisor); err != nil {
+		return err
+	}
+	defer func() {
+		_ = b.sandboxes.SandboxV1alpha1().Sandboxes(*namespace).Delete(context.Background(), g.name, metav1.DeleteOptions{})
+	}()
+	ours, err := g.roundTrips(ctx, "websocket", g.sandboxExecURL)
+	if err != nil {
+		return fmt.Errorf("sandboxes/exec: %w", err)
+	}
+	theirs, err := g.roundTrips(ctx, "websocket", g.podExecURL)
+	if err != nil {
+		return fmt.Errorf("pods/exec: %w", err)
+	}
+	for _, q := range []float64{0.5, 0.99} {
+		o, t := quantile(ours, q), quantile(theirs, q)
+		fmt.Printf("| gVisor (%s): exec `true` round trip, websocket, p%d (%d runs) | %s | %s | %.2f |\n", *gvisor, int(q*100), *runs, ms(o), ms(t), float64(o)/float64(t))
+	}
+	oursMBs, err := g.stream(ctx, g.sandboxExecURL)
+	if err != nil {
+		return fmt.Errorf("sandboxes/exec stream: %w", err)
+	}
+	theirsMBs, err := g.stream(ctx, g.podExecURL)
+	if err != nil {
+		return fmt.Errorf("pods/exec stream: %w", err)
+	}
+	fmt.Printf("| gVisor (%s): exec stdout throughput, %d MiB, websocket | %.0f MiB/s | %.0f MiB/s | %.2f |\n", *gvisor, *streamMB, oursMBs, theirsMBs, oursMBs/theirsMBs)
+	fmt.Printf("| gVisor against runc: our exec stdout throughput | %.0f MiB/s | %.0f MiB/s (runc) | %.2f |\n", oursMBs, runcThroughput, oursMBs/runcThroughput)
+	return nil
 }
 
 func (b *bench) sandboxExecURL(cmd []string) *url.URL {
