@@ -141,23 +141,13 @@ func (id *ServerIdentity) Certified() bool {
 // for this key, for server authentication, for a pod's server name, valid now, and chain to
 // the kube-sandbox CA. It keeps it in the state directory.
 func (id *ServerIdentity) install(chainPEM []byte, now time.Time) (*x509.Certificate, error) {
-	var certs []*x509.Certificate
-	var raw [][]byte
-	for rest := chainPEM; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("parse certificate: %w", err)
-		}
-		certs = append(certs, c)
-		raw = append(raw, block.Bytes)
+	certs, err := parseCertificates(chainPEM)
+	if err != nil {
+		return nil, fmt.Errorf("parse certificate: %w", err)
+	}
+	raw := make([][]byte, len(certs))
+	for i, c := range certs {
+		raw[i] = c.Raw
 	}
 	if len(certs) == 0 {
 		return nil, errors.New("no certificate in the chain")
@@ -229,29 +219,39 @@ func (id *ServerIdentity) TLSConfig() *tls.Config {
 
 // ParseClientCAs parses the PEM certificates of the kube-sandbox CA (execdapi.EnvClientCA).
 func ParseClientCAs(pemData []byte) (*x509.CertPool, error) {
+	certs, err := parseCertificates(pemData)
+	if err != nil {
+		return nil, fmt.Errorf("parse client CA: %w", err)
+	}
+	if len(certs) == 0 {
+		return nil, errors.New("no CA certificate in the client CA PEM")
+	}
 	pool := x509.NewCertPool()
-	n := 0
+	for _, c := range certs {
+		if !c.IsCA {
+			return nil, fmt.Errorf("client CA %q is not a CA certificate", c.Subject.CommonName)
+		}
+		pool.AddCert(c)
+	}
+	return pool, nil
+}
+
+// parseCertificates parses the CERTIFICATE blocks of pemData, in order, and skips others.
+func parseCertificates(pemData []byte) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
 	for rest := pemData; ; {
 		var block *pem.Block
 		block, rest = pem.Decode(rest)
 		if block == nil {
-			break
+			return certs, nil
 		}
 		if block.Type != "CERTIFICATE" {
 			continue
 		}
 		c, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("parse client CA: %w", err)
+			return nil, err
 		}
-		if !c.IsCA {
-			return nil, fmt.Errorf("client CA %q is not a CA certificate", c.Subject.CommonName)
-		}
-		pool.AddCert(c)
-		n++
+		certs = append(certs, c)
 	}
-	if n == 0 {
-		return nil, errors.New("no CA certificate in the client CA PEM")
-	}
-	return pool, nil
 }

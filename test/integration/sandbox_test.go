@@ -292,24 +292,8 @@ func TestSandboxRBAC(t *testing.T) {
 
 func grant(t *testing.T, ns, user string, resources, verbs []string) {
 	t.Helper()
-	ctx := context.Background()
 	name := user + "-" + strings.ReplaceAll(strings.Join(resources, "-"), "/", "-")
-	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{sandboxv1alpha1.GroupName}, Resources: resources, Verbs: verbs}},
-	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-	}
-	for _, o := range []client.Object{role, binding} {
-		if err := kube.Create(ctx, o); err != nil {
-			t.Fatalf("create %T: %v", o, err)
-		}
-	}
-	// RBAC is read from an informer in the kube-apiserver; give it a moment to see the binding.
-	time.Sleep(500 * time.Millisecond)
+	grantRules(t, ns, name, user, rbacv1.PolicyRule{APIGroups: []string{sandboxv1alpha1.GroupName}, Resources: resources, Verbs: verbs})
 }
 
 // waitGone waits until the BatchSandbox behind a sandbox is gone.

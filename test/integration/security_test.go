@@ -28,34 +28,30 @@ import (
 // grantPods lets user create pods in ns (as the built-in edit role would).
 func grantPods(t *testing.T, ns, user string) {
 	t.Helper()
-	ctx := context.Background()
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: user + "-pods", Namespace: ns},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create"}}}}
-	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user + "-pods", Namespace: ns},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
-	for _, o := range []client.Object{role, binding} {
-		if err := kube.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	time.Sleep(500 * time.Millisecond)
+	grantRules(t, ns, user+"-pods", user, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create"}})
 }
 
 // grantPools lets user write pools in ns, as kube-sandbox-edit does.
 func grantPools(t *testing.T, ns, user string) {
 	t.Helper()
+	grantRules(t, ns, user+"-pools", user,
+		rbacv1.PolicyRule{APIGroups: []string{controlv1alpha1.GroupName}, Resources: []string{"pools"}, Verbs: []string{"get", "create", "update", "patch"}})
+}
+
+// grantRules binds user to a Role name of rules in ns.
+func grantRules(t *testing.T, ns, name, user string, rules ...rbacv1.PolicyRule) {
+	t.Helper()
 	ctx := context.Background()
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: user + "-pools", Namespace: ns},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{controlv1alpha1.GroupName}, Resources: []string{"pools"}, Verbs: []string{"get", "create", "update", "patch"}}}}
-	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user + "-pools", Namespace: ns},
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: rules}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
 	for _, o := range []client.Object{role, binding} {
 		if err := kube.Create(ctx, o); err != nil {
-			t.Fatal(err)
+			t.Fatalf("create %T: %v", o, err)
 		}
 	}
+	// RBAC is read from an informer in the kube-apiserver; give it a moment to see the binding.
 	time.Sleep(500 * time.Millisecond)
 }
 
