@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -268,6 +269,13 @@ func TestReconcileBootstrapsAndRotates(t *testing.T) {
 	if got, _ := e.r.Authority.Bundle(); string(got) != string(caSecret.Data[SecretCAKey]) {
 		t.Error("the Authority does not hold the new bundle")
 	}
+	// A pod made before the rotation trusts only the old CA, one made after only the new:
+	// the controller's client certificate fits each (the CAs' names tell them apart).
+	for name, trusted := range map[string]*CA{"old": ca, "new": next} {
+		if err := handshake(t, trusted, e.clock.Now(), e.r.Authority.GetClientCertificate); err != nil {
+			t.Errorf("an execd trusting the %s CA refuses the controller: %v", name, err)
+		}
+	}
 
 	// Once the old CA expired, it is gone.
 	e.clock.SetTime(start.Add(101 * time.Hour))
@@ -316,4 +324,49 @@ func TestReconcileKeepsAnInvalidCASecret(t *testing.T) {
 	if got := e.secret(DefaultCASecret); string(got.Data[SecretCertKey]) != "not a certificate" {
 		t.Error("the invalid CA Secret changed")
 	}
+}
+
+// handshake runs a mutual TLS handshake between a server that trusts only ca for clients (as
+// execd trusts the CA in its pod's spec) and a client whose certificate getCert picks, at now.
+func handshake(t *testing.T, ca *CA, now time.Time, getCert func(*tls.CertificateRequestInfo) (*tls.Certificate, error)) error {
+	t.Helper()
+	key, err := GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.Issue(Leaf{CommonName: "execd", DNSNames: []string{"execd"}, ServerAuth: true, Lifetime: time.Hour}, &key.PublicKey, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	clock := func() time.Time { return now }
+	serverConn, clientConn := net.Pipe()
+	server := tls.Server(serverConn, &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}},
+		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: pool, Time: clock, MinVersion: tls.VersionTLS13,
+	})
+	client := tls.Client(clientConn, &tls.Config{
+		InsecureSkipVerify: true, GetClientCertificate: getCert, Time: clock, MinVersion: tls.VersionTLS13, //nolint:gosec
+	})
+	done := make(chan error, 1)
+	go func() {
+		err := client.HandshakeContext(t.Context())
+		if err == nil {
+			// TLS 1.3: the server's verdict on the client's certificate comes with the first read.
+			_, err = client.Read(make([]byte, 1))
+		}
+		done <- err
+	}()
+	serverErr := server.HandshakeContext(t.Context())
+	if serverErr == nil {
+		_, _ = server.Write([]byte("k"))
+	}
+	clientErr := <-done
+	// The raw ends: a TLS close_notify would wait for a reader that is gone.
+	_, _ = serverConn.Close(), clientConn.Close()
+	if serverErr != nil {
+		return serverErr
+	}
+	return clientErr
 }

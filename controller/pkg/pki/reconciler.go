@@ -46,6 +46,13 @@ const (
 	caCommonName = "kube-sandbox-ca"
 )
 
+// newCA makes a kube-sandbox CA named for the time it was made (as Kubernetes names its
+// self-signed CAs): a TLS server names the CAs it trusts, and a client picks its certificate by
+// its issuer's name, so the CA that signs and the previous one must not share a name.
+func newCA(now time.Time, lifetime time.Duration) (*CA, error) {
+	return NewCA(fmt.Sprintf("%s@%d", caCommonName, now.Unix()), now, lifetime)
+}
+
 // Reconciler keeps the kube-sandbox PKI in the namespace Namespace: the CA Secret, the
 // Authority of this process, and, when it manages them, sandbox-apiserver's Secret and the
 // caBundle of the APIService. Everything is driven by watches of those objects and by the
@@ -177,7 +184,7 @@ func (r *Reconciler) ensureCA(ctx context.Context) (current, previous *CA, err e
 			logger.Info("waiting for the CA Secret (provided by cert-manager or an administrator)", "secret", key)
 			return nil, nil, nil
 		}
-		ca, err := NewCA(caCommonName, r.now(), r.caLifetime())
+		ca, err := newCA(r.now(), r.caLifetime())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -218,7 +225,7 @@ func (r *Reconciler) ensureCA(ctx context.Context) (current, previous *CA, err e
 	}
 	changed := previous == nil && len(secret.Data[SecretPreviousCertKey]) > 0
 	if !now.Before(renewalAt(current, r.caLifetime())) {
-		next, err := NewCA(caCommonName, now, r.caLifetime())
+		next, err := newCA(now, r.caLifetime())
 		if err != nil {
 			return nil, nil, err
 		}
