@@ -114,7 +114,7 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 		r.eventOnce(bs, problem, corev1.EventTypeWarning, "Allocate")
 		return problem, nil
 	}
-	candidates, err := r.idlePods(ctx, pool)
+	candidates, err := r.idlePods(ctx, bs, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -197,10 +197,11 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 	return problem, nil
 }
 
-// idlePods lists the pool's pods that can be allocated now: idle, ready, controlled by the
-// pool, not being allocated by another reconcile. Pods of the current revision come first,
-// then those ready longest.
-func (r *Reconciler) idlePods(ctx context.Context, pool *controlv1alpha1.Pool) ([]*corev1.Pod, error) {
+// idlePods lists the pool's pods that bs can be given now: idle, ready, controlled by the
+// pool, not being allocated by another reconcile, and, when made of the namespace's pod
+// security level, only for a sandbox admitted for that. Pods of the current revision come
+// first, then those ready longest.
+func (r *Reconciler) idlePods(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
 	// Read-only: the cache's own objects, not copies of every pod of the pool per reconcile.
 	// allocateOne copies the one it writes.
@@ -208,12 +209,17 @@ func (r *Reconciler) idlePods(ctx context.Context, pool *controlv1alpha1.Pool) (
 		ctrl.MatchingLabels{controlv1alpha1.LabelPool: pool.Name}, ctrl.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list pool pods: %w", err)
 	}
-	revision := sandboxpod.TemplateRevision(&pool.Spec.Template)
+	revision := sandboxpod.PoolRevision(pool)
 	var out []*corev1.Pod
 	for i := range list.Items {
 		p := &list.Items[i]
 		if _, allocated := p.Labels[controlv1alpha1.LabelBatchSandbox]; allocated ||
 			!metav1.IsControlledBy(p, pool) || !sandboxpod.Ready(p) || r.allocations.taken(p.UID) {
+			continue
+		}
+		if p.Labels[controlv1alpha1.LabelPodSecurity] == string(controlv1alpha1.PodSecurityNamespace) &&
+			bs.Annotations[controlv1alpha1.AnnotationPodSecurity] != string(controlv1alpha1.PodSecurityNamespace) {
+			// Made while the pool had podSecurity: Namespace, which it may have no more.
 			continue
 		}
 		out = append(out, p)

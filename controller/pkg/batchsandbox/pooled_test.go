@@ -77,7 +77,7 @@ func testPool() *controlv1alpha1.Pool {
 // current revision. age orders pods (older first among equals).
 func idlePod(name string, current, ready bool, age time.Duration) *corev1.Pod {
 	pool := testPool()
-	rev := sandboxpod.TemplateRevision(&pool.Spec.Template)
+	rev := sandboxpod.PoolRevision(pool)
 	if !current {
 		rev = "old"
 	}
@@ -371,6 +371,36 @@ func TestPooledPoolNotAllowed(t *testing.T) {
 				cond := findReady(t, h.batchSandbox())
 				if cond.Reason != controlv1alpha1.ReasonPoolNotAllowed || !strings.Contains(cond.Message, tc.wantMessage) {
 					t.Errorf("condition %s %q, want PoolNotAllowed with %q", cond.Reason, cond.Message, tc.wantMessage)
+				}
+			}
+		})
+	}
+}
+
+// TestPooledElevatedPodsStayElevated: a pod made while its pool had podSecurity: Namespace goes
+// only to a sandbox admitted for that, even once the pool says Platform again (a user who may
+// write pools but not create pods switched it back).
+func TestPooledElevatedPodsStayElevated(t *testing.T) {
+	elevatedPod := idlePod("elevated", false, true, time.Hour)
+	elevatedPod.Labels[controlv1alpha1.LabelPodSecurity] = string(controlv1alpha1.PodSecurityNamespace)
+	admitted := pooledBatchSandbox(1)
+	admitted.Annotations = map[string]string{controlv1alpha1.AnnotationPodSecurity: "Namespace"}
+	for name, tc := range map[string]struct {
+		bs        *controlv1alpha1.BatchSandbox
+		wantAlloc bool
+	}{
+		"sandbox not admitted": {bs: pooledBatchSandbox(1)},
+		"sandbox admitted":     {bs: admitted, wantAlloc: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, _ := newPooledHarness(t, nil, tc.bs, testPool(), elevatedPod.DeepCopy())
+			h.mustReconcile()
+			if got := len(h.allocatedPods()) == 1; got != tc.wantAlloc {
+				t.Fatalf("allocated: %v, want %v", got, tc.wantAlloc)
+			}
+			if !tc.wantAlloc {
+				if cond := findReady(t, h.batchSandbox()); cond.Reason != controlv1alpha1.ReasonPoolExhausted {
+					t.Errorf("condition %s %q, want PoolExhausted: the pool has no pod for it", cond.Reason, cond.Message)
 				}
 			}
 		})

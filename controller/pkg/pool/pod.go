@@ -33,6 +33,10 @@ func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA 
 	// A template's own labels must not make an idle pod look allocated.
 	delete(pod.Labels, controlv1alpha1.LabelBatchSandbox)
 	delete(pod.Labels, controlv1alpha1.LabelReplica)
+	delete(pod.Labels, controlv1alpha1.LabelPodSecurity)
+	if pool.Spec.PodSecurity == controlv1alpha1.PodSecurityNamespace {
+		pod.Labels[controlv1alpha1.LabelPodSecurity] = string(controlv1alpha1.PodSecurityNamespace)
+	}
 	pod.Labels[controlv1alpha1.LabelPool] = pool.Name
 	pod.Labels[controlv1alpha1.LabelPoolRevision] = revision
 	pod.Labels[controlv1alpha1.LabelManagedBy] = controlv1alpha1.ManagedByController

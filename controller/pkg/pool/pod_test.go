@@ -17,7 +17,8 @@ func TestBuildPod(t *testing.T) {
 	pool.UID = "pool-uid"
 	pool.Spec.Template = corev1.PodTemplateSpec{
 		// A template must not make an idle pod look allocated.
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "py", controlv1alpha1.LabelBatchSandbox: "someone", controlv1alpha1.LabelReplica: "0"}},
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "py", controlv1alpha1.LabelBatchSandbox: "someone", controlv1alpha1.LabelReplica: "0",
+			controlv1alpha1.LabelPodSecurity: "Platform"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python", Command: []string{"sleep", "infinity"}}}},
 	}
 	pod := buildPod(pool, "rev1", "kube-sandbox:v1", []byte("the CA"))
@@ -36,6 +37,11 @@ func TestBuildPod(t *testing.T) {
 	}
 	if !metav1.IsControlledBy(pod, pool) {
 		t.Errorf("owner references %+v, want the pool as controller", pod.OwnerReferences)
+	}
+	// A pod of the namespace's level says so, whatever the pool says later.
+	pool.Spec.PodSecurity = controlv1alpha1.PodSecurityNamespace
+	if got := buildPod(pool, "rev1", "kube-sandbox:v1", nil).Labels[controlv1alpha1.LabelPodSecurity]; got != "Namespace" {
+		t.Errorf("a pod of a podSecurity: Namespace pool is labelled %q, want Namespace", got)
 	}
 	c := pod.Spec.Containers[0]
 	if diff := cmp.Diff([]string{execdapi.BinaryPath, "serve", "--", "sleep", "infinity"}, c.Command); diff != "" {

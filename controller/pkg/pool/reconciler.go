@@ -89,7 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if len(pool.Spec.Template.Spec.Containers) == 0 {
 		// The CRD refuses this; an object written before that rule existed gets a condition.
-		_, err := r.updateStatus(ctx, pool, &observed{revision: sandboxpod.TemplateRevision(&pool.Spec.Template)},
+		_, err := r.updateStatus(ctx, pool, &observed{revision: sandboxpod.PoolRevision(pool)},
 			&sandboxpod.Problem{Reason: controlv1alpha1.ReasonInvalidTemplate, Message: "spec.template has no containers"}, false)
 		return reconcile.Result{}, err
 	}
@@ -249,7 +249,7 @@ func (r *Reconciler) observe(ctx context.Context, pool *controlv1alpha1.Pool) (*
 		return nil, fmt.Errorf("list pool pods: %w", err)
 	}
 	pendingCreates, deleting := r.expectations.observe(client.ObjectKeyFromObject(pool), list.Items)
-	obs := &observed{revision: sandboxpod.TemplateRevision(&pool.Spec.Template), pendingCreates: int32(pendingCreates)}
+	obs := &observed{revision: sandboxpod.PoolRevision(pool), pendingCreates: int32(pendingCreates)}
 	allocatedTo := map[string]int32{}
 	for i := range list.Items {
 		p := &list.Items[i]

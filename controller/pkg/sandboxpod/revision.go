@@ -5,23 +5,26 @@ import (
 	"hash/fnv"
 	"strconv"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 )
 
-// TemplateRevision is the revision of a pool's template: a short hash of its JSON and of
-// InjectionVersion, safe as a label value (as pod-template-hash is for ReplicaSets). Equal
-// templates have equal revisions whichever process computes them, so the controller of
-// sandboxes and that of pools agree on which pods are current; a controller that wires pods
-// differently replaces its predecessor's idle pods.
-func TemplateRevision(tmpl *corev1.PodTemplateSpec) string {
-	data, err := json.Marshal(tmpl)
+// PoolRevision is the revision of a pool's pods: a short hash of its template's JSON, its
+// podSecurity and InjectionVersion, safe as a label value (as pod-template-hash is for
+// ReplicaSets). Equal pools have equal revisions whichever process computes them, so the
+// controller of sandboxes and that of pools agree on which pods are current; a controller that
+// wires pods differently replaces its predecessor's idle pods, and so does a pool whose
+// podSecurity changed.
+func PoolRevision(pool *controlv1alpha1.Pool) string {
+	data, err := json.Marshal(&pool.Spec.Template)
 	if err != nil {
 		// A PodTemplateSpec always marshals; be safe anyway.
 		return "invalid"
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(InjectionVersion))
+	_, _ = h.Write([]byte(pool.Spec.PodSecurity))
 	_, _ = h.Write(data)
 	return rand.SafeEncodeString(strconv.FormatUint(uint64(h.Sum32()), 10))
 }

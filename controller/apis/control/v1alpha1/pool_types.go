@@ -15,6 +15,10 @@ const (
 	LabelPool = "control.kube-sandbox.io/pool"
 	// LabelPoolRevision is the pool's template revision the pod was made from.
 	LabelPoolRevision = "control.kube-sandbox.io/pool-revision"
+	// LabelPodSecurity is on a pool pod made while its pool had podSecurity: Namespace, with
+	// that value: such a pod goes only to a sandbox admitted for it (AnnotationPodSecurity),
+	// whatever the pool says later.
+	LabelPodSecurity = "control.kube-sandbox.io/pod-security"
 	// AnnotationAllocatedAt is when the pod was allocated (RFC 3339). The pool paces its refill
 	// by the latest one, so that refilling never competes with a burst of allocations.
 	AnnotationAllocatedAt = "control.kube-sandbox.io/allocated-at"
