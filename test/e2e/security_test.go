@@ -126,6 +126,29 @@ func TestSecurityTemplateAdmission(t *testing.T) {
 		})
 	}
 
+	t.Run("a pod creator's privileged sandbox is not for a sandbox-only user", func(t *testing.T) {
+		if r := run(t, sandboxManifest("pats", container("securityContext: {privileged: true}")...), "kubectl", "-n", ns, "--as="+podCreator, "create", "-f", "-"); r.code != 0 {
+			t.Fatalf("create: %s", r.stderr)
+		}
+		waitSandboxRunning(t, ns, 90*time.Second, "pats")
+		mustSandboxCmd(t, ns, "--as="+podCreator, "exec", "pats", "--", "true")
+		for what, argv := range map[string][]string{
+			"exec":     {"kubectl", "sandbox", "-n", ns, "--as=" + sandboxOnlyUser, "exec", "pats", "--", "id"},
+			"cp":       {"kubectl", "sandbox", "-n", ns, "--as=" + sandboxOnlyUser, "cp", "pats:/etc/hostname", "-"},
+			"proxy":    {"kubectl", "--as=" + sandboxOnlyUser, "get", "--raw", "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/" + ns + "/sandboxes/pats/proxy/8080/"},
+			"scale up": {"kubectl", "-n", ns, "--as=" + sandboxOnlyUser, "patch", "sandbox", "pats", "--type=merge", "-p", `{"spec":{"replicas":2}}`},
+		} {
+			r := run(t, nil, argv[0], argv[1:]...)
+			if r.code == 0 || !strings.Contains(r.stderr, "pod security level") || !strings.Contains(r.stderr, "create pods") {
+				t.Errorf("%s as %s: exit %d: %s%s; want forbidden, saying it needs the right to create pods", what, sandboxOnlyUser, r.code, r.stdout, r.stderr)
+			}
+		}
+		if r := kubectl(t, "-n", ns, "--as="+podCreator, "patch", "sandbox", "pats", "--type=merge", "-p", `{"spec":{"replicas":2}}`); r.code != 0 {
+			t.Errorf("%s scales up: %s", podCreator, r.stderr)
+		}
+		mustKubectl(t, "-n", ns, "delete", "sandbox", "pats", "--wait=false")
+	})
+
 	t.Run("a plain template needs nothing more", func(t *testing.T) {
 		r := run(t, sandboxManifest("plain", container()...), "kubectl", "-n", ns, "--as="+sandboxOnlyUser, "create", "-f", "-")
 		if r.code != 0 {

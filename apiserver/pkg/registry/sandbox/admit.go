@@ -32,8 +32,10 @@ type Admitter struct {
 	Authorizer authorizer.Authorizer
 }
 
-// Admit checks a sandbox about to be created, and records on it (AnnotationPodSecurity) that
-// its creator may have pods of the namespace's level when a pool makes such pods.
+// Admit checks a sandbox about to be created, and records on it (AnnotationPodSecurity) when
+// its pods may be more than a sandbox's: a template beyond the platform's level or reaching into
+// the namespace, or a pool that makes pods of the namespace's level. Such a sandbox is then
+// used and scaled only by callers who may create pods (ensureMayUseElevated).
 func (a *Admitter) Admit(ctx context.Context, sbx *sandboxv1alpha1.Sandbox) error {
 	if a == nil {
 		return nil
@@ -63,13 +65,14 @@ func (a *Admitter) Admit(ctx context.Context, sbx *sandboxv1alpha1.Sandbox) erro
 		if len(res.NeedsPodRights) == 0 {
 			return nil
 		}
-		allowed, err := a.mayCreatePods(ctx, caller, sbx.Namespace)
+		allowed, err := mayCreatePods(ctx, a.Authorizer, caller, sbx.Namespace)
 		if err != nil {
 			return err
 		}
 		if !allowed {
 			return forbiddenFields(sbx.Name, caller, sbx.Namespace, fmt.Sprintf("the template needs more than a sandbox gets (pod security level %q, nothing of the namespace)", res.Level.String()), res.NeedsPodRights)
 		}
+		markElevated(sbx)
 	case sbx.Spec.PoolRef != nil:
 		pool := &controlv1alpha1.Pool{}
 		if err := a.Reader.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sbx.Spec.PoolRef.Name}, pool); err != nil {
@@ -81,7 +84,7 @@ func (a *Admitter) Admit(ctx context.Context, sbx *sandboxv1alpha1.Sandbox) erro
 		if pool.Spec.PodSecurity != controlv1alpha1.PodSecurityNamespace {
 			return nil
 		}
-		allowed, err := a.mayCreatePods(ctx, caller, sbx.Namespace)
+		allowed, err := mayCreatePods(ctx, a.Authorizer, caller, sbx.Namespace)
 		if err != nil {
 			return err
 		}
@@ -90,17 +93,50 @@ func (a *Admitter) Admit(ctx context.Context, sbx *sandboxv1alpha1.Sandbox) erro
 				fmt.Sprintf("pool %q makes pods of the namespace's pod security level (podSecurity: Namespace)", pool.Name),
 				field.ErrorList{field.Forbidden(field.NewPath("spec", "poolRef", "name"), "a pool with podSecurity Namespace")})
 		}
-		if sbx.Annotations == nil {
-			sbx.Annotations = map[string]string{}
-		}
-		sbx.Annotations[controlv1alpha1.AnnotationPodSecurity] = string(controlv1alpha1.PodSecurityNamespace)
+		markElevated(sbx)
 	}
 	return nil
 }
 
+// markElevated records on sbx that its pods may be more than a sandbox's.
+func markElevated(sbx *sandboxv1alpha1.Sandbox) {
+	if sbx.Annotations == nil {
+		sbx.Annotations = map[string]string{}
+	}
+	sbx.Annotations[controlv1alpha1.AnnotationPodSecurity] = string(controlv1alpha1.PodSecurityNamespace)
+}
+
+// elevated reports whether a sandbox's pods may be more than a sandbox's (markElevated).
+func elevated(annotations map[string]string) bool {
+	return annotations[controlv1alpha1.AnnotationPodSecurity] == string(controlv1alpha1.PodSecurityNamespace)
+}
+
+// ensureMayUseElevated refuses (403) to let a caller who may not create pods in the namespace
+// use (what: exec, files, proxy, more replicas) a sandbox whose pods may be more than a
+// sandbox's: having them was the right of its creator, not of everyone with rights on sandboxes.
+func ensureMayUseElevated(ctx context.Context, authz authorizer.Authorizer, namespace, name string, annotations map[string]string, what string) error {
+	if authz == nil || !elevated(annotations) {
+		return nil
+	}
+	caller, ok := genericapirequest.UserFrom(ctx)
+	if !ok {
+		return apierrors.NewInternalError(errors.New("no user in the request"))
+	}
+	allowed, err := mayCreatePods(ctx, authz, caller, namespace)
+	if err != nil {
+		return err
+	}
+	if allowed {
+		return nil
+	}
+	return apierrors.NewForbidden(sandboxResource, name, fmt.Errorf(
+		"its pods are of the namespace's pod security level (created by a user who may create pods), so %s needs the right to create pods in namespace %q, which user %q does not have",
+		what, namespace, caller.GetName()))
+}
+
 // mayCreatePods asks whether the caller may create pods in the namespace.
-func (a *Admitter) mayCreatePods(ctx context.Context, caller user.Info, namespace string) (bool, error) {
-	decision, _, err := a.Authorizer.Authorize(ctx, authorizer.AttributesRecord{
+func mayCreatePods(ctx context.Context, authz authorizer.Authorizer, caller user.Info, namespace string) (bool, error) {
+	decision, _, err := authz.Authorize(ctx, authorizer.AttributesRecord{
 		User: caller, Verb: "create", Namespace: namespace, APIGroup: "", APIVersion: "v1", Resource: "pods", ResourceRequest: true,
 	})
 	if err != nil {

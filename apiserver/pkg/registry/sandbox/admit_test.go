@@ -83,7 +83,7 @@ func TestAdmit(t *testing.T) {
 		{name: "a plain template for anyone", user: "alice", sbx: direct("open", nil)},
 		{name: "privileged for a sandbox-only user", user: "alice", sbx: direct("open", privileged), wantCode: http.StatusForbidden,
 			wantField: "spec.template.spec.containers[0].securityContext.privileged"},
-		{name: "privileged for a user who may create pods", user: "pod-creator", sbx: direct("open", privileged)},
+		{name: "privileged for a user who may create pods", user: "pod-creator", sbx: direct("open", privileged), wantAnnotation: true},
 		{name: "privileged in a baseline namespace, for anyone", user: "pod-creator", sbx: direct("base", privileged),
 			wantCode: http.StatusUnprocessableEntity, wantField: "spec.template.spec.containers[0].securityContext.privileged"},
 		{name: "a service account for a sandbox-only user", user: "alice", sbx: direct("open", func(s *corev1.PodSpec) { s.ServiceAccountName = "admin" }),
@@ -127,3 +127,26 @@ func TestAdmit(t *testing.T) {
 		})
 	}
 }
+
+// TestEnsureMayUseElevated: a sandbox whose pods are beyond a sandbox's is for callers who may
+// create pods; any other sandbox for anyone the subresource's RBAC lets in.
+func TestEnsureMayUseElevated(t *testing.T) {
+	authz := podCreators("pod-creator")
+	marked := map[string]string{controlv1alpha1.AnnotationPodSecurity: "Namespace"}
+	for _, tc := range []struct {
+		user        string
+		annotations map[string]string
+		wantErr     bool
+	}{
+		{user: "alice", annotations: nil},
+		{user: "alice", annotations: marked, wantErr: true},
+		{user: "pod-creator", annotations: marked},
+	} {
+		ctx := genericapirequest.WithUser(t.Context(), &user.DefaultInfo{Name: tc.user})
+		err := ensureMayUseElevated(ctx, authz, "open", "s", tc.annotations, "using it")
+		if tc.wantErr != (err != nil) || err != nil && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `user "alice"`)) {
+			t.Errorf("%s, annotations %v: %v, want an error: %v (a 403 naming the user)", tc.user, tc.annotations, err, tc.wantErr)
+		}
+	}
+}
+

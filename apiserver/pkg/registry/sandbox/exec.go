@@ -40,8 +40,9 @@ type Access struct {
 
 // open authorizes the caller to create the subresource, whatever the HTTP method (a WebSocket
 // or a download arrives as GET, which RBAC would authorize as "get"; using a sandbox is a
-// "create", as kube-apiserver enforces for pods/exec), finds the replica's execd, and counts
-// the access for auto-renew.
+// "create", as kube-apiserver enforces for pods/exec), finds the replica's execd, refuses a
+// sandbox whose pods are beyond a sandbox's to callers who may not create pods, and counts the
+// access for auto-renew.
 func (a *Access) open(ctx context.Context, name string, replica int32) (*sandboxconn.Endpoint, error) {
 	if err := ensureAuthorizedForVerb(ctx, a.Authorizer, "create"); err != nil {
 		return nil, err
@@ -51,6 +52,9 @@ func (a *Access) open(ctx context.Context, name string, replica int32) (*sandbox
 	}
 	ep, err := a.Resolver.Resolve(ctx, genericapirequest.NamespaceValue(ctx), name, replica)
 	if err != nil {
+		return nil, err
+	}
+	if err := ensureMayUseElevated(ctx, a.Authorizer, ep.Sandbox.Namespace, name, ep.Sandbox.Annotations, "using it"); err != nil {
 		return nil, err
 	}
 	if a.Renewer != nil && ep.Sandbox != nil {

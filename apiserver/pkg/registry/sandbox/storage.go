@@ -19,6 +19,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -248,6 +249,11 @@ func (r *REST) tryUpdate(ctx context.Context, name string, objInfo rest.UpdatedO
 	}
 	if updateValidation != nil {
 		if err := updateValidation(ctx, sbx, old); err != nil {
+			return nil, err
+		}
+	}
+	if r.admitter != nil && ptr.Deref(sbx.Spec.Replicas, 1) > ptr.Deref(old.Spec.Replicas, 1) {
+		if err := ensureMayUseElevated(ctx, r.admitter.Authorizer, key.Namespace, name, old.Annotations, "adding replicas"); err != nil {
 			return nil, err
 		}
 	}

@@ -12,10 +12,11 @@ const (
 	LabelBatchSandbox = "control.kube-sandbox.io/batchsandbox"
 	// LabelReplica is the replica index of a sandbox pod, "0" to replicas-1.
 	LabelReplica = "control.kube-sandbox.io/replica"
-	// AnnotationPodSecurity on a BatchSandbox records that its creator was allowed pods of
-	// the namespace's pod security level ("Namespace"), which a Pool with podSecurity
-	// Namespace makes. sandbox-apiserver sets it when the creator may create pods, and users
-	// cannot change it through the Sandbox API.
+	// AnnotationPodSecurity on a BatchSandbox ("Namespace") records that its pods may be more
+	// than a sandbox's: its template went beyond the platform's pod security level or into the
+	// namespace, or it takes pods from a Pool with podSecurity Namespace. sandbox-apiserver
+	// sets it when the creator may create pods; only such callers may then use the sandbox
+	// (exec, files, proxy) or add replicas, and users cannot change it through the Sandbox API.
 	AnnotationPodSecurity = "control.kube-sandbox.io/pod-security"
 
 	// SandboxContainerName is the name kubectl sandbox gives the container that runs the
