@@ -171,16 +171,16 @@ func TestClaimGivesExecdToItsSandbox(t *testing.T) {
 	if _, ok := s.h.Claimed(); ok {
 		t.Error("Claimed() before the claim")
 	}
-	if resp := s.mustClaim(t, newClaim("uid-1")); resp.SandboxUID != "uid-1" || resp.EntrypointPID != 0 {
+	if resp := s.mustClaim(t, newClaim(testSandbox.UID)); resp.SandboxUID != testSandbox.UID || resp.EntrypointPID != 0 {
 		t.Errorf("response %+v, want sandbox uid-1 and no entrypoint", resp)
 	}
 	if got := s.serves(t); got != "exec files" {
 		t.Errorf("claimed execd serves %q, want exec and files", got)
 	}
-	if sb, ok := s.h.Claimed(); !ok || sb != (Sandbox{UID: "uid-1", Namespace: "team-a", Name: "box"}) {
+	if sb, ok := s.h.Claimed(); !ok || sb != (Sandbox{UID: testSandbox.UID, Namespace: "team-a", Name: "box"}) {
 		t.Errorf("Claimed() = %+v, %v", sb, ok)
 	}
-	for uid, want := range map[string]int{"uid-1": http.StatusOK, "uid-2": http.StatusConflict} {
+	for uid, want := range map[string]int{testSandbox.UID: http.StatusOK, "uid-2": http.StatusConflict} {
 		req, _ := http.NewRequestWithContext(testContext(t), http.MethodGet, s.srv.URL+FilesPath+"f", nil)
 		req.Header.Set(execdapi.SandboxUIDHeader, uid)
 		resp, err := httpClient(t, asAPIServer).Do(req)
@@ -199,10 +199,10 @@ func TestClaimGivesExecdToItsSandbox(t *testing.T) {
 func TestClaimIdempotent(t *testing.T) {
 	s := startClaimServer(t)
 	starts := filepath.Join(t.TempDir(), "starts")
-	first := newClaim("uid-1")
+	first := newClaim(testSandbox.UID)
 	first.Entrypoint = []string{"sh", "-c", fmt.Sprintf(`echo started >> %s; exec sleep 1000`, starts)}
 	want := s.mustClaim(t, first)
-	if want.SandboxUID != "uid-1" || want.EntrypointPID <= 0 {
+	if want.SandboxUID != testSandbox.UID || want.EntrypointPID <= 0 {
 		t.Fatalf("first claim answered %+v", want)
 	}
 
@@ -224,7 +224,7 @@ func TestClaimIdempotent(t *testing.T) {
 			cr.Env = []execdapi.EnvVar{{Name: "X", Value: "y"}}
 		}), wantCode: http.StatusOK},
 		{name: "another sandbox", identity: asController, claim: other(func(cr *execdapi.ClaimRequest) { cr.SandboxUID = "uid-2" }),
-			wantCode: http.StatusConflict, wantBody: "belongs to sandbox team-a/box (uid uid-1)"},
+			wantCode: http.StatusConflict, wantBody: "belongs to sandbox team-a/box (uid sandbox-uid-1)"},
 		{name: "sandbox-apiserver may not claim", identity: asAPIServer, claim: first, wantCode: http.StatusForbidden},
 	}
 	for _, tt := range tests {
@@ -239,7 +239,7 @@ func TestClaimIdempotent(t *testing.T) {
 					t.Errorf("answer %+v (%v), want the first one %+v", got, err, want)
 				}
 			}
-			if sb, _ := s.h.Claimed(); sb.UID != "uid-1" {
+			if sb, _ := s.h.Claimed(); sb.UID != testSandbox.UID {
 				t.Errorf("execd belongs to %+v, want the first claim's sandbox", sb)
 			}
 		})
@@ -281,7 +281,7 @@ func TestClaimOfADirectPod(t *testing.T) {
 func TestClaimRefused(t *testing.T) {
 	s := startClaimServer(t)
 	marker := filepath.Join(t.TempDir(), "started")
-	valid := newClaim("uid-1")
+	valid := newClaim(testSandbox.UID)
 	valid.Entrypoint = []string{"touch", marker}
 	with := func(mutate func(*execdapi.ClaimRequest)) execdapi.ClaimRequest {
 		cr := valid
@@ -391,7 +391,7 @@ func execEnv(t *testing.T, baseURL string, cmd []string, params url.Values) stri
 // exec's own env.
 func TestClaimEnv(t *testing.T) {
 	s := startClaimServer(t)
-	cr := newClaim("uid-1")
+	cr := newClaim(testSandbox.UID)
 	cr.Env = []execdapi.EnvVar{{Name: "FOO", Value: "bar baz"}, {Name: "EMPTY", Value: ""}, {Name: "DUP", Value: "1"}, {Name: "DUP", Value: "2"}}
 	s.mustClaim(t, cr)
 	script := []string{"sh", "-c", `echo "$FOO|$SANDBOX_NAME|$SANDBOX_NAMESPACE|${EMPTY-unset}|$DUP"`}
@@ -436,7 +436,7 @@ func TestClaimEntrypoint(t *testing.T) {
 	s := startClaimServer(t)
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "marker")
-	cr := newClaim("uid-1")
+	cr := newClaim(testSandbox.UID)
 	cr.Env = []execdapi.EnvVar{{Name: "FOO", Value: "bar"}}
 	// cat returns at once only if stdin is /dev/null.
 	cr.Entrypoint = []string{"sh", "-c", `cat; echo "$FOO $SANDBOX_NAME $SANDBOX_NAMESPACE $(pwd)" > "$0.tmp" && mv "$0.tmp" "$0"; exit 3`, marker}
@@ -470,7 +470,7 @@ func TestClaimEntrypointStartFailure(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := startClaimServer(t)
-			cr := newClaim("uid-1")
+			cr := newClaim(testSandbox.UID)
 			cr.Entrypoint = tt.entrypoint
 			code, body := s.post(t, asController, cr)
 			if code != http.StatusUnprocessableEntity || !strings.Contains(body, "starting the entrypoint") || !strings.Contains(body, tt.wantBody) {
@@ -517,7 +517,7 @@ func TestClaimedEntrypointStop(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := startClaimServer(t)
 			file := filepath.Join(t.TempDir(), "file")
-			cr := newClaim("uid-1")
+			cr := newClaim(testSandbox.UID)
 			cr.Entrypoint = []string{"sh", "-c", tt.script, file}
 			resp := s.mustClaim(t, cr)
 			child, err := strconv.Atoi(strings.TrimSpace(waitFile(t, file+".child")))
@@ -554,10 +554,10 @@ func TestClaimedEntrypointStop(t *testing.T) {
 
 func TestClaimMetrics(t *testing.T) {
 	s := startClaimServer(t)
-	s.post(t, asAPIServer, newClaim("uid-1"))
+	s.post(t, asAPIServer, newClaim(testSandbox.UID))
 	s.post(t, asController, "{")
-	s.mustClaim(t, newClaim("uid-1"))
-	s.mustClaim(t, newClaim("uid-1"))
+	s.mustClaim(t, newClaim(testSandbox.UID))
+	s.mustClaim(t, newClaim(testSandbox.UID))
 	s.post(t, asController, newClaim("uid-2"))
 	req, _ := http.NewRequestWithContext(testContext(t), http.MethodGet, s.srv.URL+MetricsPath, nil)
 	resp, err := httpClient(t, asController).Do(req)
@@ -600,7 +600,7 @@ func TestServeClaim(t *testing.T) {
 	waitHealthy(t, health)
 	s := &claimServer{srv: &httptest.Server{URL: "https://" + addr}}
 	file := filepath.Join(t.TempDir(), "file")
-	cr := newClaim("uid-1")
+	cr := newClaim(testSandbox.UID)
 	cr.Entrypoint = []string{"sh", "-c", `trap 'echo term > "$0"; exit 0' TERM; echo ready > "$0.ready"; while :; do sleep 0.05; done`, file}
 	resp := s.mustClaim(t, cr)
 	waitFile(t, file+".ready")
@@ -633,7 +633,7 @@ func TestServeClaimAsPID1(t *testing.T) {
 		<-exited
 	})
 	s := &claimServer{srv: &httptest.Server{URL: "https://" + addr}}
-	cr := newClaim("uid-1")
+	cr := newClaim(testSandbox.UID)
 	cr.Entrypoint = []string{"sh", "-c", "sleep 0.1 & echo entrypoint of $SANDBOX_NAME; exit 6"}
 	resp := s.mustClaim(t, cr)
 

@@ -389,7 +389,8 @@ func TestExecNeedsItsSandbox(t *testing.T) {
 		{name: "pool pod not claimed yet", url: idle.URL},
 		{name: "meant for another sandbox", url: owned.URL, header: "another-uid"},
 		{name: "meant for its sandbox", url: owned.URL, header: testSandbox.UID, wantRan: true},
-		{name: "no sandbox named", url: owned.URL, wantRan: true},
+		// sandbox-apiserver names the sandbox of every request; one that names none is refused.
+		{name: "no sandbox named", url: owned.URL},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -399,6 +400,7 @@ func TestExecNeedsItsSandbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg := restConfigFor(tt.url, asAPIServer)
+			cfg.WrapTransport = nil
 			if tt.header != "" {
 				cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 					return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
@@ -429,13 +431,17 @@ func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestHTTPEndpoints(t *testing.T) {
 	srv, _ := startServer(t)
 	tests := []struct {
-		name       string
-		method     string
-		path       string
-		identity   string
+		name     string
+		method   string
+		path     string
+		identity string
+		// unnamed: the request names no sandbox (as sandbox-apiserver always does).
+		unnamed    bool
 		wantStatus int
 		wantBody   string
 	}{
+		{name: "files naming no sandbox", method: http.MethodGet, path: FilesPath, unnamed: true, wantStatus: http.StatusBadRequest},
+		{name: "proxy naming no sandbox", method: http.MethodGet, path: execdapi.ProxyPath + "8080/", unnamed: true, wantStatus: http.StatusBadRequest},
 		{name: "exec GET needs sandbox-apiserver", method: http.MethodGet, path: execdapi.ExecPath + "?command=true&output=1", identity: asController, wantStatus: http.StatusForbidden},
 		{name: "exec without command", method: http.MethodPost, path: execdapi.ExecPath + "?output=1", wantStatus: http.StatusBadRequest},
 		{name: "exec with empty command", method: http.MethodPost, path: execdapi.ExecPath + "?command=&output=1", wantStatus: http.StatusBadRequest},
@@ -463,7 +469,11 @@ func TestHTTPEndpoints(t *testing.T) {
 			if identity == "" {
 				identity = asAPIServer
 			}
-			resp, err := httpClient(t, identity).Do(req)
+			hc := httpClient(t, identity)
+			if tt.unnamed {
+				hc = &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS(t, identity)}}
+			}
+			resp, err := hc.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -205,7 +205,9 @@ func (h *Handler) allow(w http.ResponseWriter, req *http.Request, identities ...
 }
 
 // sandboxOf returns the claim a request for the sandbox (exec, files, proxy) is served under,
-// or why it is refused: status code and message.
+// or why it is refused: status code and message. The request must name the sandbox it is for
+// (SandboxUIDHeader; an exec may name it in ExecSandboxUIDParam instead, as proxies may drop
+// headers of an upgrade), and execd must belong to that one.
 func (h *Handler) sandboxOf(req *http.Request) (*claim, int, string) {
 	if who := clientIdentity(req); who != execdapi.APIServerIdentity {
 		return nil, http.StatusForbidden, fmt.Sprintf("forbidden: %q may not use %s", who, req.URL.Path)
@@ -216,10 +218,28 @@ func (h *Handler) sandboxOf(req *http.Request) (*claim, int, string) {
 	if c == nil {
 		return nil, http.StatusConflict, "sandbox-execd is not allocated to a sandbox"
 	}
-	if uid := req.Header.Get(execdapi.SandboxUIDHeader); uid != "" && uid != c.sandboxUID {
-		return nil, http.StatusConflict, fmt.Sprintf("sandbox-execd belongs to another sandbox than %s", uid)
+	named := false
+	for _, uid := range []string{req.Header.Get(execdapi.SandboxUIDHeader), execQuerySandbox(req)} {
+		if uid == "" {
+			continue
+		}
+		if uid != c.sandboxUID {
+			return nil, http.StatusConflict, fmt.Sprintf("sandbox-execd belongs to another sandbox than %s", uid)
+		}
+		named = true
+	}
+	if !named {
+		return nil, http.StatusBadRequest, "the request names no sandbox: set the " + execdapi.SandboxUIDHeader + " header"
 	}
 	return c, 0, ""
+}
+
+// execQuerySandbox is the sandbox an exec names in its query, "" for other requests.
+func execQuerySandbox(req *http.Request) string {
+	if req.URL.Path != execdapi.ExecPath {
+		return ""
+	}
+	return req.URL.Query().Get(execdapi.ExecSandboxUIDParam)
 }
 
 // Claimed reports the sandbox execd belongs to, if any.
@@ -236,10 +256,6 @@ func (h *Handler) serveExec(w http.ResponseWriter, req *http.Request) {
 	claimed, code, msg := h.sandboxOf(req)
 	if claimed == nil {
 		http.Error(w, msg, code)
-		return
-	}
-	if uid := req.URL.Query().Get(execdapi.ExecSandboxUIDParam); uid != "" && uid != claimed.sandboxUID {
-		http.Error(w, fmt.Sprintf("sandbox-execd belongs to another sandbox than %s", uid), http.StatusConflict)
 		return
 	}
 	// Query only: parsing a form body would consume a POST's body, which is

@@ -90,14 +90,27 @@ func clientTLS(_ testing.TB, identity string) *tls.Config {
 	return cfg
 }
 
-// httpClient is an HTTP client of execd as identity.
+// httpClient is an HTTP client of execd as identity. As sandbox-apiserver, it names the
+// sandbox its requests are for (nameSandbox).
 func httpClient(t testing.TB, identity string) *http.Client {
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS(t, identity)}}
+	return &http.Client{Transport: nameSandbox(&http.Transport{TLSClientConfig: clientTLS(t, identity)})}
+}
+
+// nameSandbox names testSandbox in the requests of rt that name none, as sandbox-apiserver
+// names the sandbox of every request it sends.
+func nameSandbox(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Header.Get(execdapi.SandboxUIDHeader) == "" {
+			req = req.Clone(req.Context())
+			req.Header.Set(execdapi.SandboxUIDHeader, testSandbox.UID)
+		}
+		return rt.RoundTrip(req)
+	})
 }
 
 // restConfigFor is a client-go configuration reaching execd at baseURL as identity.
 func restConfigFor(baseURL, identity string) *rest.Config {
-	cfg := &rest.Config{Host: baseURL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	cfg := &rest.Config{Host: baseURL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, WrapTransport: nameSandbox}
 	if c, ok := testCA().client(identity); ok {
 		cfg.TLSClientConfig.CertData = pki.EncodeCerts(c.Leaf)
 		keyPEM, err := pki.EncodeKey(c.PrivateKey.(crypto.Signer))

@@ -127,7 +127,7 @@ func TestProxy(t *testing.T) {
 
 	t.Run("websocket", func(t *testing.T) {
 		d := websocket.Dialer{TLSClientConfig: clientTLS(t, asAPIServer)}
-		c, resp, err := d.DialContext(testContext(t), "wss"+strings.TrimPrefix(base, "https")+"/ws", nil)
+		c, resp, err := d.DialContext(testContext(t), "wss"+strings.TrimPrefix(base, "https")+"/ws", http.Header{execdapi.SandboxUIDHeader: {testSandbox.UID}})
 		if err != nil {
 			t.Fatalf("dial: %v (%v)", err, resp)
 		}
@@ -147,7 +147,7 @@ func TestProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = conn.Close() }()
-		_, _ = fmt.Fprintf(conn, "GET %s%d/plain HTTP/1.1\r\nHost: x\r\n\r\n", execdapi.ProxyPath, port)
+		_, _ = fmt.Fprintf(conn, "GET %s%d/plain HTTP/1.1\r\nHost: x\r\n%s: %s\r\n\r\n", execdapi.ProxyPath, port, execdapi.SandboxUIDHeader, testSandbox.UID)
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
 			t.Fatal(err)

@@ -25,8 +25,8 @@
 //	GET       MetricsPath  Prometheus metrics                                             either
 //
 // exec, files and proxy need execd to belong to a sandbox: from its environment (EnvSandboxUID,
-// direct mode) or from a claim (pool mode). A request with SandboxUIDHeader must name that
-// sandbox.
+// direct mode) or from a claim (pool mode). Each request must name that sandbox
+// (SandboxUIDHeader, or ExecSandboxUIDParam for exec): one that names none is refused (400).
 package execdapi
 
 import (
@@ -75,7 +75,8 @@ const (
 )
 
 // SandboxUIDHeader names the sandbox a request is meant for; execd refuses it (409) if it
-// belongs to another. sandbox-apiserver sends it with every exec, files and proxy request.
+// belongs to another, and a files or proxy request without it (400). sandbox-apiserver sends it
+// with every exec, files and proxy request.
 const SandboxUIDHeader = "X-Kube-Sandbox-Uid"
 
 // Client identities: the common names of the certificates the kube-sandbox CA issues to the

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,14 +46,22 @@ func stripCallerHeaders(h http.Header) {
 }
 
 // toPod prepares a request for the execd of ep: its context names the pod the transport dials
-// and verifies, the caller's headers are gone, and execd learns which sandbox the request is for.
+// and verifies, and the caller's headers are gone.
 func toPod(req *http.Request, ep *sandboxconn.Endpoint) *http.Request {
 	req = req.WithContext(execdclient.WithTarget(req.Context(), ep.Target))
 	stripCallerHeaders(req.Header)
-	if ep.Sandbox != nil {
-		req.Header.Set(execdapi.SandboxUIDHeader, string(ep.Sandbox.UID))
-	}
 	return req
+}
+
+// rewriteTo is the Rewrite of a reverse proxy to location on the execd of ep: execd learns
+// which sandbox the request is for. It is set on the outgoing request, after the proxy removed
+// the hop-by-hop headers, so that a caller cannot have it removed (Connection: <name>).
+func rewriteTo(location *url.URL, ep *sandboxconn.Endpoint) func(*httputil.ProxyRequest) {
+	return func(pr *httputil.ProxyRequest) {
+		pr.Out.URL = location
+		pr.Out.Host = ""
+		pr.Out.Header.Set(execdapi.SandboxUIDHeader, string(ep.Sandbox.UID))
+	}
 }
 
 // upstreamError turns a failure to reach a sandbox's execd into the error its caller sees.

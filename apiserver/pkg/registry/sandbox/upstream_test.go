@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -17,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
@@ -168,5 +171,26 @@ func TestTooLarge(t *testing.T) {
 		if err := translateError(errors.New(msg), "s"); !apierrors.IsRequestEntityTooLargeError(err) {
 			t.Errorf("translateError(%q) = %v, want 413", msg, err)
 		}
+	}
+}
+
+// TestRewriteNamesTheSandbox: what reaches execd names the sandbox the apiserver resolved,
+// whatever the caller sent: its own value is replaced, and naming the header in Connection
+// (which makes a proxy drop it as hop-by-hop) does not remove it.
+func TestRewriteNamesTheSandbox(t *testing.T) {
+	var got []string
+	backend := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) {
+		got = req.Header.Values(execdapi.SandboxUIDHeader)
+	}))
+	t.Cleanup(backend.Close)
+	location, _ := url.Parse(backend.URL + "/files/x")
+	ep := &sandboxconn.Endpoint{Sandbox: &controlv1alpha1.BatchSandbox{ObjectMeta: metav1.ObjectMeta{UID: "the-sandbox"}}}
+	rp := &httputil.ReverseProxy{Rewrite: rewriteTo(location, ep)}
+	req := httptest.NewRequest(http.MethodGet, "/whatever", nil)
+	req.Header.Set("Connection", execdapi.SandboxUIDHeader)
+	req.Header.Set(execdapi.SandboxUIDHeader, "another-sandbox")
+	rp.ServeHTTP(httptest.NewRecorder(), req)
+	if diff := cmp.Diff([]string{"the-sandbox"}, got); diff != "" {
+		t.Errorf("%s at execd (-want +got):\n%s", execdapi.SandboxUIDHeader, diff)
 	}
 }
