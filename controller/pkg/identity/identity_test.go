@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd"
@@ -217,5 +218,26 @@ func TestTransportVerifiesThePod(t *testing.T) {
 	}
 	if err := get(execdclient.WithTarget(t.Context(), other), good); err == nil {
 		t.Error("a request whose URL and target name different pods went through")
+	}
+}
+
+func TestControlledByUs(t *testing.T) {
+	ref := func(apiVersion, kind string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: "x", UID: "u", Controller: ptr.To(true)}}
+	}
+	for name, tc := range map[string]struct {
+		refs []metav1.OwnerReference
+		want bool
+	}{
+		"a sandbox's pod":            {refs: ref("control.kube-sandbox.io/v1alpha1", "BatchSandbox"), want: true},
+		"a pool's pod":               {refs: ref("control.kube-sandbox.io/v1alpha1", "Pool"), want: true},
+		"a ReplicaSet's pod":         {refs: ref("apps/v1", "ReplicaSet")},
+		"a Pool of another group":    {refs: ref("example.com/v1", "Pool")},
+		"a pod of its own, labelled": {},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: tc.refs}}
+		if got := controlledByUs(pod); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
 	}
 }

@@ -3,8 +3,10 @@ package identity
 import (
 	"context"
 	"errors"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -31,10 +33,12 @@ type Reconciler struct {
 
 var _ reconcile.Reconciler = &Reconciler{}
 
-// SetupWithManager registers the reconciler for the pods the controller made.
+// SetupWithManager registers the reconciler for the pods the controller made: labelled so, and
+// controlled by a BatchSandbox or a Pool (a label anyone who may create pods can set; a pod of
+// its own gets no certificate and no TokenReview from the controller).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetLabels()[controlv1alpha1.LabelManagedBy] == controlv1alpha1.ManagedByController
+		return o.GetLabels()[controlv1alpha1.LabelManagedBy] == controlv1alpha1.ManagedByController && controlledByUs(o)
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Pod{}, builder.WithPredicates(ours)).
@@ -69,4 +73,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Errors come back with the workqueue's backoff: a pod whose execd is not up yet, or one
 	// whose identity does not verify, is not retried in a loop.
 	return reconcile.Result{}, err
+}
+
+// controlledByUs reports whether o's controller is a BatchSandbox or a Pool.
+func controlledByUs(o metav1.Object) bool {
+	ref := metav1.GetControllerOf(o)
+	return ref != nil && (ref.Kind == "BatchSandbox" || ref.Kind == "Pool") &&
+		strings.HasPrefix(ref.APIVersion, controlv1alpha1.GroupName+"/")
 }
