@@ -19,7 +19,7 @@ func TestBuildPod(t *testing.T) {
 		// A template must not make an idle pod look allocated.
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "py", controlv1alpha1.LabelBatchSandbox: "someone", controlv1alpha1.LabelReplica: "0",
 			controlv1alpha1.LabelPodSecurity: "Platform"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python", Command: []string{"sleep", "infinity"}}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python", Command: []string{"sleep", "infinity"}}}},
 	}
 	pod := buildPod(pool, "rev1", "kube-sandbox:v1", []byte("the CA"))
 
