@@ -1,6 +1,7 @@
 package sandboxconn
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -32,8 +33,10 @@ type Credentials struct {
 	mu sync.RWMutex
 	// clients: the current certificate (from tls.crt), then the previous CA's client
 	// certificate while pods that trust only it remain.
-	clients   []*tls.Certificate
+	clients []*tls.Certificate
+	// roots are the CAs of pod certificates, parsed from bundle (ca.crt).
 	roots     *x509.CertPool
+	bundle    []byte
 	servePEM  [2][]byte // certificate and key served
 	listeners []dynamiccertificates.Listener
 	loaded    bool
@@ -93,45 +96,45 @@ func (c *Credentials) update(obj any) {
 }
 
 func (c *Credentials) load(secret *corev1.Secret) error {
-	certs, key, err := pki.ParseKeyPair(secret.Data[pki.SecretCertKey], secret.Data[pki.SecretKeyKey])
+	current, err := tls.X509KeyPair(secret.Data[pki.SecretCertKey], secret.Data[pki.SecretKeyKey])
 	if err != nil {
 		return fmt.Errorf("%s and %s: %w", pki.SecretCertKey, pki.SecretKeyKey, err)
 	}
-	caCerts, err := certutil.ParseCertsPEM(secret.Data[pki.SecretCAKey])
-	if err != nil {
-		return fmt.Errorf("%s: %w", pki.SecretCAKey, err)
-	}
-	roots := x509.NewCertPool()
-	for _, ca := range caCerts {
-		roots.AddCert(ca)
-	}
-	clients := []*tls.Certificate{tlsCertificate(certs, key)}
+	clients := []*tls.Certificate{&current}
 	if len(secret.Data[pki.SecretPreviousCertKey]) > 0 {
-		if prev, prevKey, err := pki.ParseKeyPair(secret.Data[pki.SecretPreviousCertKey], secret.Data[pki.SecretPreviousKeyKey]); err == nil {
-			clients = append(clients, tlsCertificate(prev, prevKey))
+		if prev, err := tls.X509KeyPair(secret.Data[pki.SecretPreviousCertKey], secret.Data[pki.SecretPreviousKeyKey]); err == nil {
+			clients = append(clients, &prev)
 		}
+	}
+	c.mu.RLock()
+	roots, bundle := c.roots, c.bundle
+	c.mu.RUnlock()
+	// The same bundle keeps the same pool: execdclient remakes its transport, and drops the
+	// connections to every pod, when the pool changes.
+	if roots == nil || !bytes.Equal(bundle, secret.Data[pki.SecretCAKey]) {
+		caCerts, err := certutil.ParseCertsPEM(secret.Data[pki.SecretCAKey])
+		if err != nil {
+			return fmt.Errorf("%s: %w", pki.SecretCAKey, err)
+		}
+		roots = x509.NewCertPool()
+		for _, ca := range caCerts {
+			roots.AddCert(ca)
+		}
+		bundle = secret.Data[pki.SecretCAKey]
 	}
 	c.mu.Lock()
 	changed := !c.loaded || string(c.servePEM[0]) != string(secret.Data[pki.SecretCertKey])
-	c.clients, c.roots, c.loaded = clients, roots, true
+	c.clients, c.roots, c.bundle, c.loaded = clients, roots, bundle, true
 	c.servePEM = [2][]byte{secret.Data[pki.SecretCertKey], secret.Data[pki.SecretKeyKey]}
 	listeners := c.listeners
 	c.mu.Unlock()
 	if changed {
-		klog.InfoS("Loaded sandbox-apiserver's certificate", "subject", certs[0].Subject.CommonName, "notAfter", certs[0].NotAfter, "cas", len(caCerts))
+		klog.InfoS("Loaded sandbox-apiserver's certificate", "subject", current.Leaf.Subject.CommonName, "notAfter", current.Leaf.NotAfter)
 		for _, l := range listeners {
 			l.Enqueue()
 		}
 	}
 	return nil
-}
-
-func tlsCertificate(chain []*x509.Certificate, key any) *tls.Certificate {
-	c := &tls.Certificate{PrivateKey: key, Leaf: chain[0]}
-	for _, cert := range chain {
-		c.Certificate = append(c.Certificate, cert.Raw)
-	}
-	return c
 }
 
 // ErrNoCertificate: the Secret has not been read (yet).

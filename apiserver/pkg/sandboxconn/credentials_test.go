@@ -73,8 +73,13 @@ func TestCredentials(t *testing.T) {
 	if c.RootCAs() == nil {
 		t.Error("no roots")
 	}
-	// The same Secret again tells nobody; a broken one is ignored and the last good kept.
+	// The same Secret again tells nobody and keeps the roots (execd connections stay); a
+	// broken one is ignored and the last good kept.
+	roots := c.RootCAs()
 	c.update(secret.DeepCopy())
+	if c.RootCAs() != roots {
+		t.Error("the same CA bundle made new roots")
+	}
 	c.update(&corev1.Secret{Data: map[string][]byte{pki.SecretCertKey: []byte("junk")}})
 	if l.n != 1 {
 		t.Errorf("listener told %d times, want once", l.n)

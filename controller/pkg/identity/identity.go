@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -205,7 +206,7 @@ func (c *Certifier) verify(ctx context.Context, pod *corev1.Pod, token string) e
 	switch {
 	case !st.Authenticated:
 		return notThePod("its token does not authenticate: %s", st.Error)
-	case !contains(st.Audiences, execdapi.IdentityAudience):
+	case !slices.Contains(st.Audiences, execdapi.IdentityAudience):
 		return notThePod("its token is not for audience %s", execdapi.IdentityAudience)
 	case first(st.User.Extra[extraPodUID]) != string(pod.UID):
 		return notThePod("its token is bound to pod %s (uid %s)", first(st.User.Extra[extraPodName]), first(st.User.Extra[extraPodUID]))
@@ -213,15 +214,6 @@ func (c *Certifier) verify(ctx context.Context, pod *corev1.Pod, token string) e
 		return notThePod("its token belongs to %s, not to a service account of namespace %s", st.User.Username, pod.Namespace)
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func first(v authenticationv1.ExtraValue) string {

@@ -209,9 +209,6 @@ func publicKeysEqual(a, b crypto.PublicKey) bool {
 	return ok && e.Equal(b)
 }
 
-// PublicKeysEqual reports whether two public keys are the same key.
-func PublicKeysEqual(a, b crypto.PublicKey) bool { return publicKeysEqual(a, b) }
-
 // renewalDue is when a certificate valid from notBefore to notAfter should be replaced: once
 // two thirds of its life have passed, as the kubelet renews its own.
 func renewalDue(notBefore, notAfter time.Time) time.Time {

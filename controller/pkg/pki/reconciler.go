@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -341,7 +342,7 @@ func (r *Reconciler) ensureAPIServerSecret(ctx context.Context, current, previou
 		}
 	}
 	data[SecretCAKey] = bundleOf(current, previous)
-	if exists && mapsEqual(secret.Data, data) {
+	if exists && maps.EqualFunc(secret.Data, data, bytes.Equal) {
 		return due, nil
 	}
 	secret.Data = data
@@ -361,18 +362,6 @@ func (r *Reconciler) ensureAPIServerSecret(ctx context.Context, current, previou
 
 func issuedBy(cert *x509.Certificate, ca *CA) bool {
 	return cert.CheckSignatureFrom(ca.Cert) == nil
-}
-
-func mapsEqual(a, b map[string][]byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || !bytes.Equal(v, w) {
-			return false
-		}
-	}
-	return true
 }
 
 // ensureAPIService gives the APIService the CA bundle, so that the aggregator verifies
