@@ -217,14 +217,11 @@ func DialUnverified(ctx context.Context, creds Credentials, podIP string, port i
 	if err != nil {
 		return nil, nil, err
 	}
-	tc := tls.Client(conn, &tls.Config{
-		// The server's certificate is what is being certified; the TokenReview of what
-		// it sends over this connection decides whether it is the pod meant.
-		InsecureSkipVerify:   true, //nolint:gosec
-		GetClientCertificate: creds.GetClientCertificate,
-		MinVersion:           tls.VersionTLS13,
-		NextProtos:           []string{"http/1.1"},
-	})
+	cfg := ClientTLSConfig(creds, nil)
+	// The server's certificate is what is being certified; the TokenReview of what it sends
+	// over this connection decides whether it is the pod meant.
+	cfg.InsecureSkipVerify = true //nolint:gosec
+	tc := tls.Client(conn, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = conn.Close()
 		return nil, nil, err
