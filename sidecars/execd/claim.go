@@ -117,11 +117,7 @@ func (h *Handler) serveClaim(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), code)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	if err := json.NewEncoder(w).Encode(resp); err != nil {
-		klog.V(4).InfoS("Writing claim response failed", "err", err)
-	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // claim applies a valid claim. It returns the response, the metric result and, unless the

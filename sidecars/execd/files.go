@@ -136,7 +136,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	if err := json.NewEncoder(w).Encode(v); err != nil {
-		klog.V(4).InfoS("Writing files API response failed", "err", err)
+		klog.V(4).InfoS("Writing a response failed", "err", err)
 	}
 }
 

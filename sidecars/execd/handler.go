@@ -58,6 +58,7 @@ type HandlerConfig struct {
 // ServerTLSConfig, which requires a client certificate of the kube-sandbox CA.
 type Handler struct {
 	mux                 *http.ServeMux
+	proxyHandler        http.HandlerFunc
 	executor            remotecommand.Executor
 	reaper              *reaper.Reaper
 	entrypointStopGrace time.Duration
@@ -144,11 +145,13 @@ func NewHandler(cfg HandlerConfig, id *ServerIdentity) (*Handler, error) {
 	h.mux.HandleFunc("POST "+execdapi.ClaimPath, h.metrics.instrument("claim", h.serveClaim))
 	h.mux.HandleFunc("GET "+execdapi.IdentityPath, h.metrics.instrument("identity", h.serveIdentity))
 	h.mux.HandleFunc("PUT "+execdapi.IdentityPath, h.metrics.instrument("certificate", h.serveCertificate))
+	metrics := h.metrics.handler()
 	h.mux.HandleFunc("GET "+MetricsPath, func(w http.ResponseWriter, req *http.Request) {
 		if h.allow(w, req, execdapi.APIServerIdentity, execdapi.ControllerIdentity) {
-			h.metrics.handler().ServeHTTP(w, req)
+			metrics.ServeHTTP(w, req)
 		}
 	})
+	h.proxyHandler = h.metrics.instrument("proxy", h.serveProxy)
 	return h, nil
 }
 
@@ -160,7 +163,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case p == strings.TrimSuffix(FilesPath, "/") || strings.HasPrefix(p, FilesPath):
 		h.serveFiles(w, req)
 	case strings.HasPrefix(p, execdapi.ProxyPath):
-		h.metrics.instrument("proxy", h.serveProxy)(w, req)
+		h.proxyHandler(w, req)
 	default:
 		h.mux.ServeHTTP(w, req)
 	}

@@ -40,7 +40,7 @@ func (h *Handler) serveIdentity(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "the pod's identity token is not readable: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	writeJSONResponse(w, http.StatusOK, &execdapi.IdentityResponse{PodToken: token})
+	writeJSON(w, http.StatusOK, &execdapi.IdentityResponse{PodToken: token})
 }
 
 func readPodToken(path string) (string, error) {
@@ -82,15 +82,7 @@ func (h *Handler) serveCertificate(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	klog.InfoS("Certified: serving the pod's own certificate", "serverName", leaf.DNSNames[0], "subject", leaf.Subject.CommonName, "notAfter", leaf.NotAfter)
-	writeJSONResponse(w, http.StatusOK, &execdapi.CertificateResponse{
+	writeJSON(w, http.StatusOK, &execdapi.CertificateResponse{
 		ServerName: leaf.DNSNames[0], NotAfter: leaf.NotAfter.UTC().Format(time.RFC3339),
 	})
-}
-
-func writeJSONResponse(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
-		klog.V(4).InfoS("Writing a response failed", "err", err)
-	}
 }
