@@ -96,7 +96,8 @@ func (h *Handler) serveProxy(w http.ResponseWriter, req *http.Request) {
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			klog.V(2).InfoS("Proxy to a local server failed", "port", port, "err", err)
 			code := http.StatusBadGateway
-			if errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timeout awaiting response headers") {
+			var netErr net.Error
+			if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout() {
 				code = http.StatusGatewayTimeout
 			}
 			http.Error(w, "no answer from port "+portStr+" in the sandbox: "+err.Error(), code)

@@ -77,8 +77,7 @@ func upstreamError(ep *sandboxconn.Endpoint, err error) error {
 	case errors.As(err, &unknownAuthority), errors.As(err, &hostname), errors.As(err, &certInvalid), errors.As(err, &recordErr):
 		// Not (yet) certified for this pod, or not the pod at all: nothing goes there.
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("the execd of pod %s did not prove to be that pod's: %v", ep.Pod, err))
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout(),
-		strings.Contains(err.Error(), "timeout awaiting response headers"):
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return apierrors.NewTimeoutError(fmt.Sprintf("pod %s did not answer in time", ep.Pod), 0)
 	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
