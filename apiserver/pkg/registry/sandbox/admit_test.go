@@ -149,4 +149,3 @@ func TestEnsureMayUseElevated(t *testing.T) {
 		}
 	}
 }
-

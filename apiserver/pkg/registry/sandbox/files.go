@@ -82,7 +82,7 @@ func (r *FilesREST) Connect(ctx context.Context, name string, opts runtime.Objec
 		kind := DescribedKind(req)
 		rp := &httputil.ReverseProxy{
 			// Rewrite, not Director: no X-Forwarded-* headers, hop-by-hop headers removed.
-			Rewrite: rewriteTo(location, ep),
+			Rewrite:   rewriteTo(location, ep),
 			Transport: transport,
 			ModifyResponse: func(resp *http.Response) error {
 				return TypedDescription(resp, kind)

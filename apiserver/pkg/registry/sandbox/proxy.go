@@ -96,7 +96,7 @@ func (r *ProxyREST) Connect(ctx context.Context, name string, opts runtime.Objec
 		rp := &httputil.ReverseProxy{
 			// Rewrite, not Director: no X-Forwarded-* headers, hop-by-hop headers removed
 			// (but those of an upgrade, which passes through).
-			Rewrite: rewriteTo(location, ep),
+			Rewrite:       rewriteTo(location, ep),
 			Transport:     transport,
 			FlushInterval: -1,
 			ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
