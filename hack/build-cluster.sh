@@ -9,8 +9,17 @@ source "$(dirname "$0")/lib/common.sh"
 LOG_PREFIX=build-cluster
 
 mkdir -p "$CBIN"
-# The contents only, not the paths: the same script called by another path is the same build.
-stamp() { cat "$ROOT/hack/tools/$1/go.mod" "$ROOT/hack/tools/$1/go.sum" "$ROOT/hack/build-cluster.sh" | sha256sum | cut -c1-16; }
+# stamp MODULE FLAGS [PREPARE]: what a binary is built from: its tools module, its link flags,
+# the build command and how its sources are prepared (contents, not paths). Other edits of this
+# script rebuild nothing.
+stamp() {
+	{
+		cat "$ROOT/hack/tools/$1/go.mod" "$ROOT/hack/tools/$1/go.sum"
+		echo "$2"
+		declare -f build
+		[ -z "${3:-}" ] || declare -f "$3"
+	} | sha256sum | cut -c1-16
+}
 
 maj=$(echo "${KUBE_VERSION#v}" | cut -d. -f1); min=$(echo "${KUBE_VERSION#v}" | cut -d. -f2)
 ld=""
@@ -22,7 +31,7 @@ done
 
 build() { # module binary package [ldflags [prepare]]: prepare prints another directory to build in
 	local mod=$1 bin=$2 pkg=$3 flags=${4-$ld} prepare=${5-} dir=$ROOT/hack/tools/$1 s st
-	st=$(stamp "$mod")
+	st=$(stamp "$mod" "$flags" "$prepare")
 	if [ -x "$CBIN/$bin" ] && [ "$(cat "$CBIN/.$bin.stamp" 2>/dev/null)" = "$st" ]; then
 		return 0
 	fi

@@ -86,29 +86,10 @@ func run(ctx context.Context) error {
 	fmt.Printf("# kube-sandbox benchmark\n\nOne sandbox (%s, pod %s); each row measures both paths on that same pod in this run.\n\n", *image, b.pod)
 	fmt.Println("| measurement | kube-sandbox | Kubernetes | ratio (ours/theirs) |")
 	fmt.Println("|---|---|---|---|")
-	for _, proto := range []string{"websocket", "spdy"} {
-		ours, err := b.roundTrips(ctx, proto, b.sandboxExecURL)
-		if err != nil {
-			return fmt.Errorf("sandboxes/exec %s: %w", proto, err)
-		}
-		theirs, err := b.roundTrips(ctx, proto, b.podExecURL)
-		if err != nil {
-			return fmt.Errorf("pods/exec %s: %w", proto, err)
-		}
-		for _, q := range []float64{0.5, 0.99} {
-			o, t := quantile(ours, q), quantile(theirs, q)
-			fmt.Printf("| exec `true` round trip, %s, p%d (%d runs) | %s | %s | %.2f |\n", proto, int(q*100), *runs, ms(o), ms(t), float64(o)/float64(t))
-		}
-	}
-	ours, err := b.stream(ctx, b.sandboxExecURL)
+	ours, err := b.execRows(ctx, "", "websocket", "spdy")
 	if err != nil {
-		return fmt.Errorf("sandboxes/exec stream: %w", err)
+		return err
 	}
-	theirs, err := b.stream(ctx, b.podExecURL)
-	if err != nil {
-		return fmt.Errorf("pods/exec stream: %w", err)
-	}
-	fmt.Printf("| exec stdout throughput, %d MiB, websocket | %.0f MiB/s | %.0f MiB/s | %.2f |\n", *streamMB, ours, theirs, ours/theirs)
 
 	if err := b.files(ctx); err != nil {
 		fmt.Printf("| files vs kubectl cp | skipped: %v | | |\n", err)
@@ -164,29 +145,42 @@ func (b *bench) gVisor(ctx context.Context, runcThroughput float64) error {
 	defer func() {
 		_ = b.sandboxes.SandboxV1alpha1().Sandboxes(*namespace).Delete(context.Background(), g.name, metav1.DeleteOptions{})
 	}()
-	ours, err := g.roundTrips(ctx, "websocket", g.sandboxExecURL)
+	oursMBs, err := g.execRows(ctx, fmt.Sprintf("gVisor (%s): ", *gvisor), "websocket")
 	if err != nil {
-		return fmt.Errorf("sandboxes/exec: %w", err)
+		return err
 	}
-	theirs, err := g.roundTrips(ctx, "websocket", g.podExecURL)
-	if err != nil {
-		return fmt.Errorf("pods/exec: %w", err)
-	}
-	for _, q := range []float64{0.5, 0.99} {
-		o, t := quantile(ours, q), quantile(theirs, q)
-		fmt.Printf("| gVisor (%s): exec `true` round trip, websocket, p%d (%d runs) | %s | %s | %.2f |\n", *gvisor, int(q*100), *runs, ms(o), ms(t), float64(o)/float64(t))
-	}
-	oursMBs, err := g.stream(ctx, g.sandboxExecURL)
-	if err != nil {
-		return fmt.Errorf("sandboxes/exec stream: %w", err)
-	}
-	theirsMBs, err := g.stream(ctx, g.podExecURL)
-	if err != nil {
-		return fmt.Errorf("pods/exec stream: %w", err)
-	}
-	fmt.Printf("| gVisor (%s): exec stdout throughput, %d MiB, websocket | %.0f MiB/s | %.0f MiB/s | %.2f |\n", *gvisor, *streamMB, oursMBs, theirsMBs, oursMBs/theirsMBs)
 	fmt.Printf("| gVisor against runc: our exec stdout throughput | %.0f MiB/s | %.0f MiB/s (runc) | %.2f |\n", oursMBs, runcThroughput, oursMBs/runcThroughput)
 	return nil
+}
+
+// execRows prints the exec rows (round trips over each of protos, then stdout throughput over
+// WebSocket), ours against pods/exec on b's pod, each named with prefix, and returns our
+// throughput.
+func (b *bench) execRows(ctx context.Context, prefix string, protos ...string) (float64, error) {
+	for _, proto := range protos {
+		ours, err := b.roundTrips(ctx, proto, b.sandboxExecURL)
+		if err != nil {
+			return 0, fmt.Errorf("sandboxes/exec %s: %w", proto, err)
+		}
+		theirs, err := b.roundTrips(ctx, proto, b.podExecURL)
+		if err != nil {
+			return 0, fmt.Errorf("pods/exec %s: %w", proto, err)
+		}
+		for _, q := range []float64{0.5, 0.99} {
+			o, t := quantile(ours, q), quantile(theirs, q)
+			fmt.Printf("| %sexec `true` round trip, %s, p%d (%d runs) | %s | %s | %.2f |\n", prefix, proto, int(q*100), *runs, ms(o), ms(t), float64(o)/float64(t))
+		}
+	}
+	ours, err := b.stream(ctx, b.sandboxExecURL)
+	if err != nil {
+		return 0, fmt.Errorf("sandboxes/exec stream: %w", err)
+	}
+	theirs, err := b.stream(ctx, b.podExecURL)
+	if err != nil {
+		return 0, fmt.Errorf("pods/exec stream: %w", err)
+	}
+	fmt.Printf("| %sexec stdout throughput, %d MiB, websocket | %.0f MiB/s | %.0f MiB/s | %.2f |\n", prefix, *streamMB, ours, theirs, ours/theirs)
+	return ours, nil
 }
 
 func (b *bench) sandboxExecURL(cmd []string) *url.URL {
