@@ -10,6 +10,7 @@
 package admission
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 )
@@ -116,6 +118,21 @@ func (r *Result) Allowed() bool { return len(r.Invalid) == 0 && len(r.NeedsPodRi
 func NamespacePolicy(labels map[string]string) api.LevelVersion {
 	p, _ := api.PolicyToEvaluate(labels, api.Policy{Enforce: api.LevelVersion{Level: api.LevelPrivileged, Version: api.LatestVersion()}})
 	return p.Enforce
+}
+
+// CheckIn checks t in namespace, whose pod security labels reader reads (a NotFound error
+// comes back as it is).
+func (c *Checker) CheckIn(ctx context.Context, reader client.Reader, namespace string, t Template) (Result, error) {
+	ns := &corev1.Namespace{}
+	if err := reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		return Result{}, err
+	}
+	return c.Check(ns.Labels, t), nil
+}
+
+// Limit says what a template was held to, for messages.
+func (r *Result) Limit() string {
+	return fmt.Sprintf("pod security level %q, nothing of the namespace", r.Level.String())
 }
 
 // Check checks a template for a namespace with nsLabels.

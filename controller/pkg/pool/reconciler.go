@@ -165,20 +165,19 @@ func (r *Reconciler) admit(ctx context.Context, pool *controlv1alpha1.Pool) (*sa
 		// created, and only users who may create pods can have set it (see PodSecurity).
 		return nil, nil
 	}
-	ns := &corev1.Namespace{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: pool.Namespace}, ns); err != nil {
-		return nil, fmt.Errorf("get namespace %s: %w", pool.Namespace, err)
-	}
-	res := r.Checker.Check(ns.Labels, admission.Template{
+	res, err := r.Checker.CheckIn(ctx, r.Client, pool.Namespace, admission.Template{
 		Meta: &pool.Spec.Template.ObjectMeta, Spec: &pool.Spec.Template.Spec, Path: field.NewPath("spec", "template", "spec"),
 	})
+	if err != nil {
+		return nil, fmt.Errorf("get namespace %s: %w", pool.Namespace, err)
+	}
 	if res.Allowed() {
 		return nil, nil
 	}
 	errs := append(append(field.ErrorList{}, res.Invalid...), res.NeedsPodRights...)
 	return &sandboxpod.Problem{Reason: controlv1alpha1.ReasonTemplateRefused, Message: fmt.Sprintf(
-		"the template needs more than podSecurity Platform allows (pod security level %q, nothing of the namespace): %s; "+
-			"a user who may create such pods can set spec.podSecurity: Namespace", res.Level.String(), errs.ToAggregate().Error())}, nil
+		"the template needs more than podSecurity Platform allows (%s): %s; "+
+			"a user who may create such pods can set spec.podSecurity: Namespace", res.Limit(), errs.ToAggregate().Error())}, nil
 }
 
 // refuse reports a refused template and lets the pool's idle pods go: they may come from a

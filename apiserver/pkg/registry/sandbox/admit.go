@@ -46,18 +46,17 @@ func (a *Admitter) Admit(ctx context.Context, sbx *sandboxv1alpha1.Sandbox) erro
 	}
 	switch {
 	case sbx.Spec.Template != nil:
-		ns := &corev1.Namespace{}
-		if err := a.Reader.Get(ctx, client.ObjectKey{Name: sbx.Namespace}, ns); err != nil {
-			if apierrors.IsNotFound(err) {
-				return apierrors.NewNotFound(corev1.Resource("namespaces"), sbx.Namespace)
-			}
-			return apierrors.NewInternalError(fmt.Errorf("get namespace: %w", err))
-		}
 		spec := field.NewPath("spec")
-		res := a.Checker.Check(ns.Labels, admission.Template{
+		res, err := a.Checker.CheckIn(ctx, a.Reader, sbx.Namespace, admission.Template{
 			Meta: &sbx.Spec.Template.ObjectMeta, Spec: &sbx.Spec.Template.Spec, Path: spec.Child("template", "spec"),
 			Env: sbx.Spec.Env, EnvPath: spec.Child("env"),
 		})
+		if apierrors.IsNotFound(err) {
+			return apierrors.NewNotFound(corev1.Resource("namespaces"), sbx.Namespace)
+		}
+		if err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("get namespace: %w", err))
+		}
 		if len(res.Invalid) > 0 {
 			// No pod may run like this in the namespace, whoever asks.
 			return apierrors.NewInvalid(sandboxKind, sbx.Name, res.Invalid)
@@ -70,7 +69,7 @@ func (a *Admitter) Admit(ctx context.Context, sbx *sandboxv1alpha1.Sandbox) erro
 			return err
 		}
 		if !allowed {
-			return forbiddenFields(sbx.Name, caller, sbx.Namespace, fmt.Sprintf("the template needs more than a sandbox gets (pod security level %q, nothing of the namespace)", res.Level.String()), res.NeedsPodRights)
+			return forbiddenFields(sbx.Name, caller, sbx.Namespace, fmt.Sprintf("the template needs more than a sandbox gets (%s)", res.Limit()), res.NeedsPodRights)
 		}
 		markElevated(sbx)
 	case sbx.Spec.PoolRef != nil:
