@@ -352,7 +352,7 @@ func references(t Template) field.ErrorList {
 		for i := range list.containers {
 			c := &list.containers[i]
 			p := fld.Child(list.name).Index(i)
-			errs = append(errs, envReferences(c.Env, p.Child("env"), need)...)
+			envReferences(c.Env, p.Child("env"), need)
 			for j, from := range c.EnvFrom {
 				switch {
 				case from.SecretRef != nil:
@@ -364,12 +364,13 @@ func references(t Template) field.ErrorList {
 		}
 	}
 	if t.EnvPath != nil {
-		errs = append(errs, envReferences(t.Env, t.EnvPath, need)...)
+		envReferences(t.Env, t.EnvPath, need)
 	}
 	return errs
 }
 
-func envReferences(env []corev1.EnvVar, fld *field.Path, need func(*field.Path, string)) field.ErrorList {
+// envReferences reports to need the env values read from Secrets and ConfigMaps.
+func envReferences(env []corev1.EnvVar, fld *field.Path, need func(*field.Path, string)) {
 	for i, e := range env {
 		if e.ValueFrom == nil {
 			continue
@@ -381,7 +382,6 @@ func envReferences(env []corev1.EnvVar, fld *field.Path, need func(*field.Path, 
 			need(fld.Index(i).Child("valueFrom", "configMapKeyRef"), fmt.Sprintf("reads ConfigMap %q", vf.ConfigMapKeyRef.Name))
 		}
 	}
-	return nil
 }
 
 // volumeReference says what a volume reaches beyond the pod, "" for nothing: an emptyDir, the
