@@ -59,13 +59,14 @@ type Checker struct {
 	// need more.
 	Platform api.LevelVersion
 	checks   []check
-	// overridden are baseline checks a restricted one replaces at the restricted level.
-	overridden map[policy.CheckID]bool
+	// overridden are baseline checks a restricted one replaces at the restricted level, from
+	// the policy version on that the restricted one does.
+	overridden map[policy.CheckID]api.Version
 }
 
 // NewChecker returns a Checker for the platform level.
 func NewChecker(platform api.LevelVersion) (*Checker, error) {
-	c := &Checker{Platform: platform, overridden: map[policy.CheckID]bool{}}
+	c := &Checker{Platform: platform, overridden: map[policy.CheckID]api.Version{}}
 	for _, pc := range policy.DefaultChecks() {
 		e, err := policy.NewEvaluator([]policy.Check{pc}, nil)
 		if err != nil {
@@ -75,7 +76,9 @@ func NewChecker(platform api.LevelVersion) (*Checker, error) {
 		if pc.Level == api.LevelRestricted {
 			for _, v := range pc.Versions {
 				for _, o := range v.OverrideCheckIDs {
-					c.overridden[o] = true
+					if from, ok := c.overridden[o]; !ok || v.MinimumVersion.Older(from) {
+						c.overridden[o] = v.MinimumVersion
+					}
 				}
 			}
 		}
@@ -181,7 +184,8 @@ func (c *Checker) applies(ch check, lv api.LevelVersion) bool {
 	case api.LevelBaseline:
 		return ch.level == api.LevelBaseline
 	case api.LevelRestricted:
-		return ch.level == api.LevelRestricted || !c.overridden[ch.id]
+		from, overridden := c.overridden[ch.id]
+		return ch.level == api.LevelRestricted || !overridden || lv.Version.Older(from)
 	}
 	return false
 }

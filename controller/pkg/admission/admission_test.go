@@ -102,6 +102,15 @@ func TestCheck(t *testing.T) {
 			}},
 		{name: "restricted namespace: root is invalid there", level: "baseline", nsLabels: restricted,
 			wantInvalid: []string{"spec.template.spec.containers[0].securityContext.capabilities", "spec.template.spec.containers[0].securityContext.runAsNonRoot"}},
+		// restricted:v1.21 predates capabilities_restricted (v1.22), which replaces baseline's
+		// capabilities check only from then on: baseline's still applies at v1.21.
+		{name: "restricted namespace pinned before a restricted check: the baseline one applies", level: "baseline",
+			nsLabels: map[string]string{api.EnforceLevelLabel: "restricted", api.EnforceVersionLabel: "v1.21"},
+			spec: func(s *corev1.PodSpec) {
+				s.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptr.To(true),
+					Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+			},
+			wantInvalid: []string{"spec.template.spec.containers[0].securityContext.capabilities"}},
 		{name: "another service account", level: "baseline",
 			spec:       func(s *corev1.PodSpec) { s.ServiceAccountName = "admin" },
 			wantRights: []string{"spec.template.spec.serviceAccountName"}},
