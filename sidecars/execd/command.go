@@ -174,12 +174,8 @@ When it runs as PID 1, serve also reaps orphaned processes.`,
 			if clientCAs == "" {
 				return &ExitError{Code: 1, Err: fmt.Errorf("no client CA: set $%s to the kube-sandbox CA's certificates; sandbox-execd serves nobody without them", clientCAEnv)}
 			}
-			var sandbox *Sandbox
-			if uid := os.Getenv(execdapi.EnvSandboxUID); uid != "" {
-				sandbox = &Sandbox{UID: uid, Namespace: os.Getenv(execdapi.EnvSandboxNamespace), Name: os.Getenv(execdapi.EnvSandboxName)}
-			}
 			cfg := ServeConfig{ListenAddr: listen, HealthListenAddr: healthListen, ClientCAs: []byte(clientCAs),
-				StateDir: stateDir, IdentityTokenFile: tokenFile, Sandbox: sandbox, Entrypoint: args,
+				StateDir: stateDir, IdentityTokenFile: tokenFile, Sandbox: SandboxFromEnv(os.Getenv), Entrypoint: args,
 				StreamIdleTimeout: idleTimeout, FilesRoot: filesRoot, MaxUploadBytes: maxUpload}
 
 			var signals chan os.Signal

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	utilexec "k8s.io/utils/exec"
 
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/internal/reaper"
 )
 
@@ -79,16 +80,7 @@ func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int,
 	if err != nil {
 		return 1, fmt.Errorf("listening for exec sessions: %w", err)
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 30 * time.Second,
-		// HTTP/1.1 only: SPDY and websocket upgrades do not exist in HTTP/2.
-		Protocols: new(http.Protocols),
-		TLSConfig: id.TLSConfig(),
-		// A client that fails the handshake (no certificate) is no news worth a log line each.
-		ErrorLog: log.New(io.Discard, "", 0),
-	}
-	srv.Protocols.SetHTTP1(true)
+	srv := NewServer(handler, id)
 	serveErr := make(chan error, 2)
 	wg.Go(func() { serveErr <- srv.ServeTLS(ln, "", "") })
 	klog.InfoS("Serving exec sessions", "addr", ln.Addr().String(), "reaping", r != nil,
@@ -231,4 +223,30 @@ func entrypointProcAttr() *syscall.SysProcAttr {
 		attr.Ctty = 0
 	}
 	return attr
+}
+
+// NewServer is the HTTP server of execd's TLS port: handler behind id's mutual TLS, HTTP/1.1.
+// Serve it with ServeTLS(listener, "", "").
+func NewServer(handler http.Handler, id *ServerIdentity) *http.Server {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		// HTTP/1.1 only: SPDY and websocket upgrades do not exist in HTTP/2.
+		Protocols: new(http.Protocols),
+		TLSConfig: id.TLSConfig(),
+		// A client that fails the handshake (no certificate) is no news worth a log line each.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	srv.Protocols.SetHTTP1(true)
+	return srv
+}
+
+// SandboxFromEnv is the sandbox a direct-mode pod's env names (execdapi.EnvSandboxUID and the
+// others), nil in a pool pod, whose sandbox comes with a claim.
+func SandboxFromEnv(getenv func(string) string) *Sandbox {
+	uid := getenv(execdapi.EnvSandboxUID)
+	if uid == "" {
+		return nil
+	}
+	return &Sandbox{UID: uid, Namespace: getenv(execdapi.EnvSandboxNamespace), Name: getenv(execdapi.EnvSandboxName)}
 }

@@ -3,8 +3,6 @@ package framework
 import (
 	"context"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
@@ -171,13 +169,9 @@ func (n *SimulatedNode) serveExecd(ctx context.Context, pod *corev1.Pod, ip stri
 	}
 	_, _ = tokenFile.WriteString(tr.Status.Token)
 	_ = tokenFile.Close()
-	var sandbox *execd.Sandbox
-	if uid := env[execdapi.EnvSandboxUID]; uid != "" {
-		sandbox = &execd.Sandbox{UID: uid, Namespace: env[execdapi.EnvSandboxNamespace], Name: env[execdapi.EnvSandboxName]}
-	}
 	h, err := execd.NewHandler(execd.HandlerConfig{
 		Executor:          execd.NewExecutor(nil),
-		Sandbox:           sandbox,
+		Sandbox:           execd.SandboxFromEnv(func(k string) string { return env[k] }),
 		IdentityTokenFile: tokenFile.Name(),
 		FilesRoot:         n.filesRoot,
 	}, id)
@@ -188,21 +182,11 @@ func (n *SimulatedNode) serveExecd(ctx context.Context, pod *corev1.Pod, ip stri
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, TLSConfig: id.TLSConfig(), ErrorLog: log.New(io.Discard, "", 0)}
+	srv := execd.NewServer(h, id)
 	n.mu.Lock()
 	n.servers[pod.UID] = &execdServer{srv: srv, h: h, tokenFile: tokenFile.Name()}
 	n.mu.Unlock()
 	go func() { _ = srv.ServeTLS(l, "", "") }()
-	return nil
-}
-
-// Handler is the execd of the pod with uid, if it runs.
-func (n *SimulatedNode) Handler(uid types.UID) *execd.Handler {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if s := n.servers[uid]; s != nil {
-		return s.h
-	}
 	return nil
 }
 
