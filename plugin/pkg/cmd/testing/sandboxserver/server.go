@@ -83,7 +83,7 @@ func New(t testing.TB, namespace string, sandboxes ...string) *Server {
 		t.Fatal(err)
 	}
 	h, err := execd.NewHandler(execd.HandlerConfig{Executor: noExec{}, FilesRoot: root,
-		Sandbox: &execd.Sandbox{UID: "uid", Namespace: namespace, Name: "any"}}, id)
+		Sandbox: &execd.Sandbox{UID: sandboxUID, Namespace: namespace, Name: "any"}}, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +130,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch sub {
 	case "files":
 		// As the real server: on to execd as sandbox-apiserver (whose certificate the TLS
-		// layer would have verified), with the path after files/; its descriptions typed.
+		// layer would have verified), for the sandbox, with the path after files/; its
+		// descriptions typed.
 		out := req.Clone(req.Context())
 		out.URL.Path = execd.FilesPath + rest
 		out.URL.RawPath = ""
+		out.Header.Set(execdapi.SandboxUIDHeader, sandboxUID)
 		out.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{Subject: pkix.Name{CommonName: execdapi.APIServerIdentity}}}}}
 		rec := httptest.NewRecorder()
 		s.execd.ServeHTTP(rec, out)
@@ -210,6 +212,9 @@ func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
 	w.WriteHeader(int(status.Code))
 	_ = json.NewEncoder(w).Encode(status)
 }
+
+// sandboxUID is the sandbox the server's execd belongs to.
+const sandboxUID = "uid"
 
 // noExec refuses commands: these tests need only execd's files API.
 type noExec struct{}
