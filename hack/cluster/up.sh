@@ -198,7 +198,8 @@ start etcd "$CBIN/etcd" --name "$NODE_NAME" --data-dir "$RUN/etcd-data" \
 	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
 	--initial-cluster "$NODE_NAME=http://127.0.0.1:2380" --listen-metrics-urls http://127.0.0.1:2381 \
 	--quota-backend-bytes=4294967296 --unsafe-no-fsync="$ETCD_UNSAFE_NO_FSYNC"
-start containerd containerd --config "$RUN/containerd/config.toml"
+# containerd finds its shims on its PATH: containerd-shim-runsc-v1 is in $CBIN.
+start containerd env PATH="$CBIN:$PATH" containerd --config "$RUN/containerd/config.toml"
 waitfor etcd etcd sh -c 'curl -sf -m 1 http://127.0.0.1:2381/health | grep -q "\"health\":\"true\""'
 
 # --- kube-apiserver ----------------------------------------------------------------------------
