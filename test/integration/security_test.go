@@ -70,7 +70,6 @@ func TestTemplateAdmission(t *testing.T) {
 		"privileged": func(s *corev1.PodSpec) {
 			s.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 		},
-		"hostNetwork": func(s *corev1.PodSpec) { s.HostNetwork = true },
 		"hostPath": func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
 		},
@@ -79,8 +78,8 @@ func TestTemplateAdmission(t *testing.T) {
 		},
 	}
 	wantField := map[string]string{
-		"privileged": "spec.template.spec.containers[0].securityContext.privileged", "hostNetwork": "spec.template.spec.hostNetwork",
-		"hostPath": "spec.template.spec.volumes[0]", "serviceToken": "spec.template.spec.automountServiceAccountToken",
+		"privileged": "spec.template.spec.containers[0].securityContext.privileged",
+		"hostPath":   "spec.template.spec.volumes[0]", "serviceToken": "spec.template.spec.automountServiceAccountToken",
 	}
 	for name, mutate := range templates {
 		t.Run(name, func(t *testing.T) {
@@ -98,6 +97,15 @@ func TestTemplateAdmission(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("hostNetwork is refused for everyone: the egress policy is enforced in the pod's network namespace", func(t *testing.T) {
+		s := sandbox("t-hostnetwork")
+		s.Spec.Template.Spec.HostNetwork = true
+		_, err := carol.SandboxV1alpha1().Sandboxes(ns).Create(ctx, s, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.template.spec.hostNetwork") {
+			t.Fatalf("carol: %v, want 422 naming spec.template.spec.hostNetwork", err)
+		}
+	})
 
 	t.Run("a namespace that enforces baseline refuses it for everyone", func(t *testing.T) {
 		nsObj := &corev1.Namespace{}

@@ -62,6 +62,55 @@ type SandboxSpec struct {
 	// autoRenew keeps the sandbox alive while it is used.
 	// +optional
 	AutoRenew *SandboxAutoRenew `json:"autoRenew,omitempty"`
+
+	// networkPolicy is the sandbox's outbound policy: what code in it may reach. Without it,
+	// the pool's policy (poolRef), else the platform's default, which denies everything. The
+	// platform's always-deny list (the cluster's pods, services and nodes, link-local and
+	// cloud metadata addresses) wins over every rule. Mutable: a change is in force in the
+	// pods within a second, and the condition EgressReady tells when. exec, files and proxy
+	// work whatever the policy says.
+	// +optional
+	NetworkPolicy *SandboxNetworkPolicy `json:"networkPolicy,omitempty"`
+}
+
+// SandboxNetworkPolicy is an outbound policy: the first rule that matches decides, and
+// defaultAction decides what no rule matches.
+type SandboxNetworkPolicy struct {
+	// defaultAction decides what no rule matches: Allow or Deny. Deny when not given.
+	// +optional
+	DefaultAction string `json:"defaultAction,omitempty"`
+	// egress rules, first match wins. At most 100.
+	// +optional
+	// +listType=atomic
+	Egress []SandboxEgressRule `json:"egress,omitempty"`
+}
+
+// SandboxEgressRule matches outbound traffic by destination and, optionally, port.
+type SandboxEgressRule struct {
+	// action: Allow or Deny.
+	Action string `json:"action"`
+	// to is a DNS name (pypi.org), a wildcard for its subdomains at any depth
+	// (*.pythonhosted.org; the bare name needs its own rule), an IPv4 or IPv6 address, or a
+	// CIDR. A denied name does not resolve in the sandbox (NXDOMAIN); the addresses an
+	// allowed name resolves to are allowed for their TTL.
+	To string `json:"to"`
+	// ports limit the rule to these ports; without them it matches every port and protocol.
+	// At most 16.
+	// +optional
+	// +listType=atomic
+	Ports []SandboxEgressPort `json:"ports,omitempty"`
+}
+
+// SandboxEgressPort is a port or a range of ports.
+type SandboxEgressPort struct {
+	// port is the port, or the first port of the range (1-65535).
+	Port int32 `json:"port"`
+	// endPort, if set, makes the range port..endPort (inclusive).
+	// +optional
+	EndPort *int32 `json:"endPort,omitempty"`
+	// protocol: TCP (the default) or UDP.
+	// +optional
+	Protocol string `json:"protocol,omitempty"`
 }
 
 // SandboxPoolReference names a Pool of the sandbox's namespace.

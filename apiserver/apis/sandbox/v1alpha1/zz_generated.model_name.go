@@ -32,6 +32,16 @@ func (in SandboxAutoRenew) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxEgressPort) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxEgressPort"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxEgressRule) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxEgressRule"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxExecOptions) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxExecOptions"
 }
@@ -54,6 +64,11 @@ func (in SandboxFilesOptions) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxList) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxNetworkPolicy) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxNetworkPolicy"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -37,11 +37,14 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	return map[string]common.OpenAPIDefinition{
 		v1alpha1.Sandbox{}.OpenAPIModelName():                      schema_apiserver_apis_sandbox_v1alpha1_Sandbox(ref),
 		v1alpha1.SandboxAutoRenew{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxAutoRenew(ref),
+		v1alpha1.SandboxEgressPort{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxEgressPort(ref),
+		v1alpha1.SandboxEgressRule{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxEgressRule(ref),
 		v1alpha1.SandboxExecOptions{}.OpenAPIModelName():           schema_apiserver_apis_sandbox_v1alpha1_SandboxExecOptions(ref),
 		v1alpha1.SandboxFile{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxFile(ref),
 		v1alpha1.SandboxFileList{}.OpenAPIModelName():              schema_apiserver_apis_sandbox_v1alpha1_SandboxFileList(ref),
 		v1alpha1.SandboxFilesOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxFilesOptions(ref),
 		v1alpha1.SandboxList{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxList(ref),
+		v1alpha1.SandboxNetworkPolicy{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxNetworkPolicy(ref),
 		v1alpha1.SandboxPodStatus{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref),
 		v1alpha1.SandboxPoolReference{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxPoolReference(ref),
 		v1alpha1.SandboxProxyOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxProxyOptions(ref),
@@ -422,6 +425,92 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxAutoRenew(ref common.Referenc
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxEgressPort(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxEgressPort is a port or a range of ports.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"port": {
+						SchemaProps: spec.SchemaProps{
+							Description: "port is the port, or the first port of the range (1-65535).",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"endPort": {
+						SchemaProps: spec.SchemaProps{
+							Description: "endPort, if set, makes the range port..endPort (inclusive).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"protocol": {
+						SchemaProps: spec.SchemaProps{
+							Description: "protocol: TCP (the default) or UDP.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"port"},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxEgressRule(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxEgressRule matches outbound traffic by destination and, optionally, port.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"action": {
+						SchemaProps: spec.SchemaProps{
+							Description: "action: Allow or Deny.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"to": {
+						SchemaProps: spec.SchemaProps{
+							Description: "to is a DNS name (pypi.org), a wildcard for its subdomains at any depth (*.pythonhosted.org; the bare name needs its own rule), an IPv4 or IPv6 address, or a CIDR. A denied name does not resolve in the sandbox (NXDOMAIN); the addresses an allowed name resolves to are allowed for their TTL.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"ports": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "ports limit the rule to these ports; without them it matches every port and protocol. At most 16.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxEgressPort{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"action", "to"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxEgressPort{}.OpenAPIModelName()},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxExecOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -747,6 +836,46 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxList(ref common.ReferenceCall
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxNetworkPolicy(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxNetworkPolicy is an outbound policy: the first rule that matches decides, and defaultAction decides what no rule matches.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"defaultAction": {
+						SchemaProps: spec.SchemaProps{
+							Description: "defaultAction decides what no rule matches: Allow or Deny. Deny when not given.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"egress": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "egress rules, first match wins. At most 100.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxEgressRule{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxEgressRule{}.OpenAPIModelName()},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -976,11 +1105,17 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref common.ReferenceCall
 							Ref:         ref(v1alpha1.SandboxAutoRenew{}.OpenAPIModelName()),
 						},
 					},
+					"networkPolicy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "networkPolicy is the sandbox's outbound policy: what code in it may reach. Without it, the pool's policy (poolRef), else the platform's default, which denies everything. The platform's always-deny list (the cluster's pods, services and nodes, link-local and cloud metadata addresses) wins over every rule. Mutable: a change is in force in the pods within a second, and the condition EgressReady tells when. exec, files and proxy work whatever the policy says.",
+							Ref:         ref(v1alpha1.SandboxNetworkPolicy{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.SandboxAutoRenew{}.OpenAPIModelName(), v1alpha1.SandboxPoolReference{}.OpenAPIModelName(), v1.EnvVar{}.OpenAPIModelName(), v1.PodTemplateSpec{}.OpenAPIModelName()},
+			v1alpha1.SandboxAutoRenew{}.OpenAPIModelName(), v1alpha1.SandboxNetworkPolicy{}.OpenAPIModelName(), v1alpha1.SandboxPoolReference{}.OpenAPIModelName(), v1.EnvVar{}.OpenAPIModelName(), v1.PodTemplateSpec{}.OpenAPIModelName()},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 )
 
 // toBatchSandbox turns a Sandbox into the BatchSandbox that stores it. Only what a user may
@@ -29,6 +30,7 @@ func toBatchSandbox(sbx *sandboxv1alpha1.Sandbox) *controlv1alpha1.BatchSandbox 
 			Env:            sbx.Spec.Env,
 			TimeoutSeconds: sbx.Spec.TimeoutSeconds,
 			ExpireTime:     sbx.Status.ExpiresAt,
+			NetworkPolicy:  toControlNetworkPolicy(sbx.Spec.NetworkPolicy),
 		},
 	}
 	if sbx.Spec.AutoRenew != nil {
@@ -59,6 +61,7 @@ func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox
 			Entrypoint:     bs.Spec.Entrypoint,
 			Env:            bs.Spec.Env,
 			TimeoutSeconds: bs.Spec.TimeoutSeconds,
+			NetworkPolicy:  fromControlNetworkPolicy(bs.Spec.NetworkPolicy),
 		},
 		Status: sandboxv1alpha1.SandboxStatus{
 			ObservedGeneration: bs.Status.ObservedGeneration,
@@ -89,4 +92,47 @@ func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox
 		})
 	}
 	return sbx
+}
+
+func toControlNetworkPolicy(p *sandboxv1alpha1.SandboxNetworkPolicy) *controlv1alpha1.NetworkPolicy {
+	if p == nil {
+		return nil
+	}
+	out := &controlv1alpha1.NetworkPolicy{DefaultAction: controlv1alpha1.EgressAction(p.DefaultAction)}
+	for _, r := range p.Egress {
+		cr := controlv1alpha1.EgressRule{Action: controlv1alpha1.EgressAction(r.Action), To: r.To}
+		for _, port := range r.Ports {
+			cr.Ports = append(cr.Ports, controlv1alpha1.EgressPort{Port: port.Port, EndPort: port.EndPort, Protocol: port.Protocol})
+		}
+		out.Egress = append(out.Egress, cr)
+	}
+	return out
+}
+
+func fromControlNetworkPolicy(p *controlv1alpha1.NetworkPolicy) *sandboxv1alpha1.SandboxNetworkPolicy {
+	if p == nil {
+		return nil
+	}
+	out := &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: string(p.DefaultAction)}
+	for _, r := range p.Egress {
+		sr := sandboxv1alpha1.SandboxEgressRule{Action: string(r.Action), To: r.To}
+		for _, port := range r.Ports {
+			sr.Ports = append(sr.Ports, sandboxv1alpha1.SandboxEgressPort{Port: port.Port, EndPort: port.EndPort, Protocol: port.Protocol})
+		}
+		out.Egress = append(out.Egress, sr)
+	}
+	return out
+}
+
+// egressPolicy is the policy as sandbox-egress reads it, for validation.
+func egressPolicy(p *sandboxv1alpha1.SandboxNetworkPolicy) *egressapi.Policy {
+	out := &egressapi.Policy{DefaultAction: egressapi.Action(p.DefaultAction)}
+	for _, r := range p.Egress {
+		er := egressapi.Rule{Action: egressapi.Action(r.Action), To: r.To}
+		for _, port := range r.Ports {
+			er.Ports = append(er.Ports, egressapi.Port{Port: port.Port, EndPort: port.EndPort, Protocol: egressapi.Protocol(port.Protocol)})
+		}
+		out.Egress = append(out.Egress, er)
+	}
+	return out
 }

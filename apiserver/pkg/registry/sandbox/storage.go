@@ -269,6 +269,8 @@ func (r *REST) tryUpdate(ctx context.Context, name string, objInfo rest.UpdatedO
 	}
 	updated.Spec.Replicas = sbx.Spec.Replicas
 	updated.Spec.AutoRenew = toBatchSandbox(sbx).Spec.AutoRenew
+	// The outbound policy is mutable: the controller pushes a change to the pods at once.
+	updated.Spec.NetworkPolicy = toControlNetworkPolicy(sbx.Spec.NetworkPolicy)
 	if err := tooLarge(updated); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
@@ -135,8 +136,11 @@ func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.P
 		}
 		initContainers := tmpl.Child("spec", "initContainers")
 		for i, c := range spec.Template.Spec.InitContainers {
-			if c.Name == execdapi.InitContainerName {
+			switch c.Name {
+			case execdapi.InitContainerName:
 				allErrs = append(allErrs, field.Invalid(initContainers.Index(i).Child("name"), c.Name, "this name is reserved for the execd installer"))
+			case egressapi.ContainerName:
+				allErrs = append(allErrs, field.Invalid(initContainers.Index(i).Child("name"), c.Name, "this name is reserved for sandbox-egress"))
 			}
 		}
 		for i, c := range spec.Template.Spec.Containers {
@@ -151,10 +155,24 @@ func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.P
 			switch v.Name {
 			case execdapi.BinaryVolume, execdapi.StateVolume, execdapi.IdentityVolume:
 				allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-execd"))
+			case egressapi.StateVolume:
+				allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-egress"))
 			}
+		}
+		// The egress policy is enforced in the pod's own network namespace; in the node's it
+		// would filter the node, and a shared process namespace would show the sandbox the
+		// egress sidecar's processes.
+		if spec.Template.Spec.HostNetwork {
+			allErrs = append(allErrs, field.Forbidden(tmpl.Child("spec", "hostNetwork"), "a sandbox's outbound policy is enforced in its pod's own network namespace"))
+		}
+		if p := spec.Template.Spec.ShareProcessNamespace; p != nil && *p {
+			allErrs = append(allErrs, field.Forbidden(tmpl.Child("spec", "shareProcessNamespace"), "the sandbox container must not see the processes of sandbox-egress, which holds NET_ADMIN"))
 		}
 	}
 
+	if spec.NetworkPolicy != nil {
+		allErrs = append(allErrs, egressapi.ValidatePolicy(egressPolicy(spec.NetworkPolicy), fld.Child("networkPolicy"))...)
+	}
 	if len(spec.Entrypoint) > 0 && spec.Entrypoint[0] == "" {
 		allErrs = append(allErrs, field.Invalid(fld.Child("entrypoint").Index(0), "", "the command must not be empty"))
 	}

@@ -58,6 +58,43 @@ func TestValidateSandbox(t *testing.T) {
 			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Replicas = ptr.To[int32](0) },
 		},
 		{
+			name: "a network policy",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.NetworkPolicy = &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Deny", Egress: []sandboxv1alpha1.SandboxEgressRule{
+					{Action: "Allow", To: "pypi.org"}, {Action: "Allow", To: "*.pythonhosted.org"},
+					{Action: "Allow", To: "10.250.0.1", Ports: []sandboxv1alpha1.SandboxEgressPort{{Port: 8080, Protocol: "TCP"}}},
+					{Action: "Deny", To: "192.0.2.0/24"},
+				}}
+			},
+		},
+		{
+			name: "a network policy with bad rules",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.NetworkPolicy = &sandboxv1alpha1.SandboxNetworkPolicy{Egress: []sandboxv1alpha1.SandboxEgressRule{
+					{Action: "Allow", To: "api.*.example.com"},
+					{Action: "Deny", To: "10.0.0.0/40"},
+					{Action: "Allow", To: "example.com", Ports: []sandboxv1alpha1.SandboxEgressPort{{Port: 65536}}},
+				}}
+			},
+			want: []fieldErr{
+				{field.ErrorTypeInvalid, "spec.networkPolicy.egress[0].to"},
+				{field.ErrorTypeInvalid, "spec.networkPolicy.egress[1].to"},
+				{field.ErrorTypeInvalid, "spec.networkPolicy.egress[2].ports[0].port"},
+			},
+		},
+		{
+			name:   "hostNetwork",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Template.Spec.HostNetwork = true },
+			want:   []fieldErr{{field.ErrorTypeForbidden, "spec.template.spec.hostNetwork"}},
+		},
+		{
+			name: "the egress sidecar's name",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "kube-sandbox-egress", Image: "x"}}
+			},
+			want: []fieldErr{{field.ErrorTypeInvalid, "spec.template.spec.initContainers[0].name"}},
+		},
+		{
 			name:   "the maximum of replicas is allowed",
 			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Replicas = ptr.To[int32](1000) },
 		},

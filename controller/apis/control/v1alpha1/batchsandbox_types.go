@@ -122,6 +122,12 @@ type BatchSandboxSpec struct {
 	// autoRenew extends expireTime whenever the sandbox is used through sandbox-apiserver.
 	// +optional
 	AutoRenew *AutoRenew `json:"autoRenew,omitempty"`
+
+	// networkPolicy is the sandbox's outbound policy. Without it, its pool's
+	// (spec.networkPolicy of the Pool), else the platform's default policy. Changes reach the
+	// pods within a second (condition EgressReady).
+	// +optional
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
 }
 
 // PoolReference names a Pool of the same namespace.

@@ -142,6 +142,12 @@ type PoolSpec struct {
 	// +kubebuilder:default=Platform
 	// +optional
 	PodSecurity PodSecurity `json:"podSecurity,omitempty"`
+	// networkPolicy is the outbound policy of the pool's sandboxes that set none of their
+	// own. Idle pods deny all outbound traffic; a sandbox's policy is applied when it gets
+	// its pod, before its entrypoint starts. Changing it does not roll the pods: it reaches
+	// the sandboxes that use it.
+	// +optional
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
 }
 
 // PoolStatus is the observed state of a Pool.
