@@ -12,9 +12,12 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/pod-security-admission/api"
@@ -130,8 +133,45 @@ func (c *Checker) CheckIn(ctx context.Context, reader client.Reader, namespace s
 	if err := reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
 		return Result{}, err
 	}
-	return c.Check(ns.Labels, t), nil
+	res := c.Check(ns.Labels, t)
+	ferr, err := CheckRuntimeClass(ctx, reader, t.Spec, t.Path)
+	if err != nil {
+		return Result{}, err
+	}
+	if ferr != nil {
+		res.Invalid = append(res.Invalid, ferr)
+	}
+	return res, nil
 }
+
+// CheckRuntimeClass refuses a runtime class under which the sandbox's egress policy cannot be
+// enforced (EgressUnsupportedHandlers), whoever asks and whatever the pod security level.
+func CheckRuntimeClass(ctx context.Context, reader client.Reader, spec *corev1.PodSpec, path *field.Path) (*field.Error, error) {
+	name := spec.RuntimeClassName
+	if name == nil || *name == "" {
+		return nil, nil
+	}
+	rc := &nodev1.RuntimeClass{}
+	switch err := reader.Get(ctx, client.ObjectKey{Name: *name}, rc); {
+	case apierrors.IsNotFound(err):
+		// The kube-apiserver refuses the pod, and the sandbox says so.
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get runtimeclass %s: %w", *name, err)
+	case slices.Contains(EgressUnsupportedHandlers, rc.Handler):
+		return field.Forbidden(path.Child("runtimeClassName"), fmt.Sprintf(
+			"runtime class %s (handler %s) cannot enforce a sandbox's egress policy: its user-space network stack bypasses the pod's packet filter; "+
+				"use a runtime class whose containers share the pod's kernel network stack", *name, rc.Handler)), nil
+	}
+	return nil, nil
+}
+
+// EgressUnsupportedHandlers are the RuntimeClass handlers under which sandbox-egress cannot
+// enforce a policy. gVisor (runsc) runs the pod's network stack in its own user-space kernel:
+// the pod's packets never pass the netfilter hooks of the pod's network namespace, and the
+// sidecar's netlink requests reach gVisor's kernel, whose nftables is a test-only feature
+// without conntrack, sets or NAT. A sandbox there would have no policy, so it is refused.
+var EgressUnsupportedHandlers = []string{"runsc"}
 
 // Limit says what a template was held to, for messages.
 func (r *Result) Limit() string {

@@ -20,7 +20,7 @@ func podName(bs *controlv1alpha1.BatchSandbox, replica int32) string {
 // buildPod makes the pod of one replica from the template: execd is installed by an init
 // container into an emptyDir and wraps the entrypoint of the first container, so any image
 // works unchanged; it trusts clientCA and serves the sandbox from the start.
-func buildPod(bs *controlv1alpha1.BatchSandbox, replica int32, execdImage string, clientCA []byte) *corev1.Pod {
+func buildPod(bs *controlv1alpha1.BatchSandbox, replica int32, execdImage string, clientCA []byte, sidecar *sandboxpod.Egress) *corev1.Pod {
 	tmpl := bs.Spec.Template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -45,6 +45,7 @@ func buildPod(bs *controlv1alpha1.BatchSandbox, replica int32, execdImage string
 		Sandbox:    &sandboxpod.Sandbox{UID: string(bs.UID), Namespace: bs.Namespace, Name: bs.Name},
 		Entrypoint: bs.Spec.Entrypoint,
 		Env:        bs.Spec.Env,
+		Egress:     sidecar,
 	})
 	return pod
 }

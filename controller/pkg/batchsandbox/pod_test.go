@@ -313,7 +313,7 @@ func TestBuildPod(t *testing.T) {
 			if tc.want != nil {
 				tc.want(want)
 			}
-			got := buildPod(bs, tc.replica, testExecdImage, testClientCA)
+			got := buildPod(bs, tc.replica, testExecdImage, testClientCA, nil)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("buildPod() mismatch (-want +got):\n%s", diff)
 			}
@@ -372,8 +372,8 @@ func TestBuildPodDoesNotMutateBatchSandbox(t *testing.T) {
 			}
 			before := bs.DeepCopy()
 
-			p0 := buildPod(bs, 0, testExecdImage, testClientCA)
-			p1 := buildPod(bs, 1, testExecdImage, testClientCA)
+			p0 := buildPod(bs, 0, testExecdImage, testClientCA, nil)
+			p1 := buildPod(bs, 1, testExecdImage, testClientCA, nil)
 			if diff := cmp.Diff(before, bs); diff != "" {
 				t.Fatalf("buildPod() changed the BatchSandbox (-before +after):\n%s", diff)
 			}

@@ -20,8 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
@@ -83,17 +85,19 @@ func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.Ba
 	}
 	r.reportLost(bs, byReplica, desired)
 
-	claimed, claimFailure, claimErr := r.claimAll(ctx, bs, byReplica)
+	pool := r.poolOf(ctx, bs)
+	claimed, claimFailure, claimErr := r.claimAll(ctx, bs, pool, byReplica)
 	if failure == nil {
 		failure = claimFailure
 	}
-	if err := r.updateStatus(ctx, bs, byReplica, claimed, failure); err != nil {
+	egressCond, egressErr := r.enforceEgress(ctx, bs, pool, byReplica, claimed)
+	if err := r.updateStatus(ctx, bs, byReplica, claimed, failure, egressCond); err != nil {
 		return reconcile.Result{}, err
 	}
 	if claimErr != nil {
 		return reconcile.Result{}, claimErr
 	}
-	return result, nil
+	return result, egressErr
 }
 
 // allocate gives idle pods of the pool to the missing replicas, recording each in byReplica.
@@ -284,7 +288,7 @@ func poolNotAllowed(bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool
 // yet (new pods, and containers that restarted since) serves its pod's certificate (package
 // identity) and, for a pooled sandbox, belongs to the sandbox (a claim: env, entrypoint). It
 // returns the runtime ID recorded per replica, a problem to report, and an error worth a retry.
-func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod) (map[int32]string, *sandboxpod.Problem, error) {
+func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool, byReplica map[int32]*corev1.Pod) (map[int32]string, *sandboxpod.Problem, error) {
 	claimed := map[int32]string{}
 	var todo []int32
 	for i, p := range byReplica {
@@ -316,6 +320,16 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 	if claimer == nil {
 		claimer = r.defaultClaimer()
 	}
+	// A pool pod denies all outbound traffic until the claim: the sandbox's policy goes to its
+	// sandbox-egress first, so that the entrypoint the claim starts never runs without it.
+	var egressCfg *egressapi.Config
+	if req != nil && r.Egress != nil {
+		cfg, err := r.Egress.SandboxConfig(ctx, bs, pool)
+		if err != nil {
+			return claimed, nil, err
+		}
+		egressCfg = &cfg
+	}
 
 	var (
 		mu       sync.Mutex
@@ -331,6 +345,9 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 		wg.Go(func() {
 			defer func() { <-sem }()
 			err := r.Certifier.Ensure(ctx, p)
+			if err == nil && egressCfg != nil {
+				err = r.Egress.Ensure(ctx, p, *egressCfg)
+			}
 			if err == nil && req != nil {
 				_, err = claimer.Claim(ctx, p, req)
 			}
@@ -338,9 +355,16 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 			defer mu.Unlock()
 			var rejected *ClaimRejected
 			var notThePod *identity.ErrNotThePod
+			var policyRejected *egress.Rejected
 			switch {
 			case err == nil:
 				claimed[i] = sandboxpod.RuntimeID(p)
+			case errors.As(err, &policyRejected):
+				// The pod cannot enforce the sandbox's policy: it is not given the sandbox.
+				problem = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPolicyFailed, Pending: true, Message: err.Error()}
+				if retryErr == nil {
+					retryErr = err
+				}
 			case errors.As(err, &notThePod):
 				// Whatever answers at the pod's IP is not the pod: nothing of the sandbox goes there.
 				problem = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonIdentityFailed, Pending: true, Message: err.Error()}
@@ -392,6 +416,7 @@ func (r *Reconciler) release(ctx context.Context, bs *controlv1alpha1.BatchSandb
 	}
 	log.FromContext(ctx).V(4).Info("releasing pod", "pod", p.Name, "why", why)
 	r.Certifier.Forget(p.UID)
+	r.forgetEgress(p.UID)
 	if err := r.Client.Delete(ctx, p, ctrl.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		// The pod keeps the sandbox's labels, so the next reconcile tries again.
 		log.FromContext(ctx).Error(err, "releasing pod", "pod", p.Name)

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
@@ -46,6 +47,10 @@ type Reconciler struct {
 	// Claimer allocates execd of a pool pod to a sandbox; nil: an HTTPClaimer with the
 	// Authority's credentials.
 	Claimer Claimer
+	// Egress gives every pod the sidecar that enforces the sandbox's outbound policy, and
+	// pushes policy changes to it; nil: pods get none (tests whose simulated nodes run no
+	// sidecars).
+	Egress *egress.Enforcer
 
 	// allocations remembers the pool pods this process allocated until the cache shows them.
 	allocations allocations
@@ -136,6 +141,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	var failure *sandboxpod.Problem
 	var clientCA []byte
+	var sidecar *sandboxpod.Egress
 	for i := int32(0); i < desired; i++ {
 		if _, ok := byReplica[i]; ok {
 			continue
@@ -144,8 +150,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			if clientCA, err = r.Authority.Bundle(); err != nil {
 				return reconcile.Result{}, err
 			}
+			if r.Egress != nil {
+				// The pod enforces the sandbox's current policy from its start: a replaced pod
+				// gets the policy as it is now, not as it was at creation.
+				cfg, err := r.Egress.SandboxConfig(ctx, bs, nil)
+				if err != nil {
+					return reconcile.Result{}, err
+				}
+				sidecar = r.Egress.Sidecar(cfg)
+			}
 		}
-		pod := buildPod(bs, i, r.ExecdImage, clientCA)
+		pod := buildPod(bs, i, r.ExecdImage, clientCA, sidecar)
 		err := r.Client.Create(ctx, pod)
 		switch {
 		case err == nil:
@@ -163,17 +178,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	// A replica is ready once its execd serves the pod's own certificate.
-	certified, problem, certErr := r.claimAll(ctx, bs, byReplica)
+	certified, problem, certErr := r.claimAll(ctx, bs, nil, byReplica)
 	if failure == nil {
 		failure = problem
 	}
-	if err := r.updateStatus(ctx, bs, byReplica, certified, failure); err != nil {
+	egressCond, egressErr := r.enforceEgress(ctx, bs, nil, byReplica, certified)
+	if err := r.updateStatus(ctx, bs, byReplica, certified, failure, egressCond); err != nil {
 		return reconcile.Result{}, err
 	}
 	if certErr != nil {
 		return reconcile.Result{}, certErr
 	}
-	return result, nil
+	return result, egressErr
 }
 
 // expire marks the BatchSandbox Expired and deletes it; the finalizer then removes its pods.
@@ -216,6 +232,7 @@ func (r *Reconciler) finalize(ctx context.Context, bs *controlv1alpha1.BatchSand
 	for i := range pods {
 		if pods[i].DeletionTimestamp == nil {
 			r.Certifier.Forget(pods[i].UID)
+			r.forgetEgress(pods[i].UID)
 			// The UID precondition: a pod of this name made since is not ours to delete.
 			if err := r.Client.Delete(ctx, &pods[i], ctrl.Preconditions{UID: &pods[i].UID}); ctrl.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 				return fmt.Errorf("delete pod: %w", err)
@@ -270,7 +287,7 @@ func (r *Reconciler) listPods(ctx context.Context, bs *controlv1alpha1.BatchSand
 // updateStatus computes the status from the pods and writes it if it changed. claimed holds,
 // per replica, the runtime ID of the container whose execd was certified (and, in pooled mode,
 // accepted the allocation): a replica is ready only when that is the running container.
-func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, failure *sandboxpod.Problem) error {
+func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, failure *sandboxpod.Problem, extra ...*metav1.Condition) error {
 	status := controlv1alpha1.BatchSandboxStatus{
 		ObservedGeneration: bs.Generation,
 		Conditions:         append([]metav1.Condition(nil), bs.Status.Conditions...),
@@ -320,6 +337,11 @@ func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.Batch
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, controlv1alpha1.ReasonPodsNotReady, fmt.Sprintf("%d/%d replicas ready", status.Ready, desired)
 	}
 	meta.SetStatusCondition(&status.Conditions, cond)
+	for _, c := range extra {
+		if c != nil {
+			meta.SetStatusCondition(&status.Conditions, *c)
+		}
+	}
 
 	if equality.Semantic.DeepEqual(bs.Status, status) {
 		return nil

@@ -4,11 +4,16 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
@@ -28,14 +33,64 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 	if maxConcurrent <= 0 {
 		maxConcurrent = DefaultMaxConcurrentReconciles
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&controlv1alpha1.BatchSandbox{}).
 		Owns(&corev1.Pod{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.waitingForPod)).
-		Watches(&controlv1alpha1.Pool{}, handler.EnqueueRequestsFromMapFunc(r.waitingForPool)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
+		Watches(&controlv1alpha1.Pool{}, handler.EnqueueRequestsFromMapFunc(r.waitingForPool))
+	if r.Egress != nil {
+		// What the pods enforce follows the pool's policy, the platform's ConfigMap and the
+		// cluster's ranges: a change of any of them reaches the sandboxes it concerns.
+		b = b.Watches(&controlv1alpha1.Pool{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesOfPool),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.allSandboxes)).
+			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allSandboxes), builder.WithPredicates(nodeRangesChanged())).
+			Watches(&networkingv1.ServiceCIDR{}, handler.EnqueueRequestsFromMapFunc(r.allSandboxes))
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
 		Named("batchsandbox").
 		Complete(r)
+}
+
+// sandboxesOfPool maps a Pool whose spec changed to all its sandboxes.
+func (r *Reconciler) sandboxesOfPool(ctx context.Context, obj client.Object) []reconcile.Request {
+	sandboxes, err := index.SandboxesOfPool(ctx, r.Client, obj.GetNamespace(), obj.GetName())
+	if err != nil {
+		log.FromContext(ctx).Error(err, "listing the sandboxes of a pool", "pool", obj.GetName())
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(sandboxes))
+	for i := range sandboxes {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&sandboxes[i])})
+	}
+	return out
+}
+
+// allSandboxes maps a change of the platform's egress policy to every sandbox.
+func (r *Reconciler) allSandboxes(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &controlv1alpha1.BatchSandboxList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		log.FromContext(ctx).Error(err, "listing sandboxes")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return out
+}
+
+// nodeRangesChanged passes node events that change what cluster:nodes and cluster:pods
+// stand for, not the status updates a node makes all the time.
+func nodeRangesChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Node)
+			n, ok2 := e.ObjectNew.(*corev1.Node)
+			return !ok1 || !ok2 || !equality.Semantic.DeepEqual(o.Spec.PodCIDRs, n.Spec.PodCIDRs) ||
+				!equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses)
+		},
+	}
 }
 
 // waitingForPod maps an idle, ready pool pod to the sandboxes of its pool that lack pods.

@@ -32,6 +32,7 @@ import (
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/batchsandbox"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
@@ -69,6 +70,16 @@ type Options struct {
 	// InProcessRestart lets a test start the manager again in the same process (controller
 	// names are otherwise checked to be unique per process). No flag sets it.
 	InProcessRestart bool
+
+	// EgressImage holds /usr/local/bin/sandbox-egress; empty: ExecdImage (the kube-sandbox
+	// image has both).
+	EgressImage string
+	// EgressConfigMap names the platform's egress policy (in --pki-namespace).
+	EgressConfigMap string
+	// DisableEgress leaves sandbox-egress out of pods. No flag sets it: every sandbox of a
+	// real cluster has an outbound policy. Integration tests, whose simulated node runs no
+	// sidecars, set it.
+	DisableEgress bool
 }
 
 // NewOptions returns the defaults.
@@ -93,6 +104,7 @@ func NewOptions() *Options {
 		APIService:              pki.DefaultAPIService,
 		CALifetime:              pki.DefaultCALifetime,
 		CertificateLifetime:     pki.DefaultCertificateLifetime,
+		EgressConfigMap:         egress.DefaultConfigMap,
 	}
 }
 
@@ -126,6 +138,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.APIServerService, "apiserver-service", o.APIServerService, "Service in front of sandbox-apiserver, whose DNS names its certificate holds.")
 	fs.StringVar(&o.APIService, "apiservice", o.APIService, "APIService whose caBundle the controller keeps equal to the CA bundle; empty leaves APIServices alone.")
 	fs.DurationVar(&o.CALifetime, "ca-lifetime", o.CALifetime, "Lifetime of a CA the controller makes; it is replaced when a fifth of it is left.")
+	fs.StringVar(&o.EgressImage, "egress-image", o.EgressImage, "Image holding /usr/local/bin/sandbox-egress, the sidecar that enforces each sandbox's outbound policy (default: --execd-image).")
+	fs.StringVar(&o.EgressConfigMap, "egress-configmap", o.EgressConfigMap, "ConfigMap (in --pki-namespace) of the platform's egress policy: alwaysDeny, alwaysAllow, defaultPolicy and dnsUpstreams. Missing: everything is denied.")
 	fs.DurationVar(&o.CertificateLifetime, "certificate-lifetime", o.CertificateLifetime, "Lifetime of sandbox-apiserver's certificate; it is renewed when a third of it is left.")
 }
 
@@ -194,6 +208,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   {Label: ownedSelector},
 			&corev1.Secret{}:                {Namespaces: map[string]cache.Config{o.PKINamespace: {}}},
+			&corev1.ConfigMap{}:             {Namespaces: map[string]cache.Config{o.PKINamespace: {}}, Field: fields.OneTermEqualSelector("metadata.name", o.EgressConfigMap)},
 			&apiregistrationv1.APIService{}: {Field: fields.OneTermEqualSelector("metadata.name", o.APIService)},
 		}},
 	})
@@ -224,12 +239,25 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := (&identity.Reconciler{Client: mgr.GetClient(), Certifier: certifier, Recorder: recorder}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pod identity controller: %w", err)
 	}
+	var enforcer *egress.Enforcer
+	if !o.DisableEgress {
+		image := o.EgressImage
+		if image == "" {
+			image = o.ExecdImage
+		}
+		enforcer = &egress.Enforcer{
+			Image:  image,
+			Source: &egress.Source{Reader: mgr.GetClient(), Namespace: o.PKINamespace, Name: o.EgressConfigMap},
+			Pusher: egress.NewPusher(authority),
+		}
+	}
 	if err := (&batchsandbox.Reconciler{
 		Client:     mgr.GetClient(),
 		Recorder:   recorder,
 		ExecdImage: o.ExecdImage,
 		Authority:  authority,
 		Certifier:  certifier,
+		Egress:     enforcer,
 	}).SetupWithManager(mgr, o.MaxConcurrentReconciles); err != nil {
 		return fmt.Errorf("set up batchsandbox controller: %w", err)
 	}
@@ -241,6 +269,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Checker:     checker,
 		RefillDelay: o.PoolRefillDelay,
 		MaxStarting: o.PoolMaxStarting,
+		Egress:      enforcer,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pool controller: %w", err)
 	}

@@ -14,7 +14,7 @@ const poolReadinessPeriodSeconds = 10
 // buildPod makes an idle pod of the pool: the template with execd installed, trusting clientCA,
 // belonging to no sandbox until one claims it. The name is generated: pool pods are
 // interchangeable until allocated.
-func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA []byte) *corev1.Pod {
+func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA []byte, sidecar *sandboxpod.Egress) *corev1.Pod {
 	tmpl := pool.Spec.Template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -47,6 +47,8 @@ func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA 
 		// all the same; afterwards, hundreds of idle pods probed every second would cost the
 		// node a good part of a CPU.
 		ReadinessPeriodSeconds: poolReadinessPeriodSeconds,
+		// Deny-all until a sandbox's claim brings its policy.
+		Egress: sidecar,
 	})
 	return pod
 }

@@ -26,6 +26,7 @@ import (
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
@@ -58,6 +59,9 @@ type Reconciler struct {
 	RefillDelay time.Duration
 	// MaxStarting: see DefaultMaxStarting; 0: the default.
 	MaxStarting int32
+	// Egress adds sandbox-egress to the pool's pods, denying everything until a claim; nil:
+	// none (tests whose simulated nodes run no sidecars).
+	Egress *egress.Enforcer
 	// Clock; nil: the real clock.
 	Clock clock.PassiveClock
 
@@ -128,7 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	for range p.create {
-		pod := buildPod(pool, obs.revision, r.ExecdImage, clientCA)
+		pod := buildPod(pool, obs.revision, r.ExecdImage, clientCA, r.Egress.Sidecar(egress.IdleConfig()))
 		err := r.Client.Create(ctx, pod)
 		if err == nil {
 			r.expectations.created(key, pod.Name)
@@ -160,6 +164,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // admit checks the pool's template against its podSecurity. A refused template is a Problem
 // for the status: the pool then makes no pods, and gives away none of those it holds.
 func (r *Reconciler) admit(ctx context.Context, pool *controlv1alpha1.Pool) (*sandboxpod.Problem, error) {
+	if r.Egress != nil {
+		ferr, err := admission.CheckRuntimeClass(ctx, r.Client, &pool.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
+		if err != nil {
+			return nil, err
+		}
+		if ferr != nil {
+			return &sandboxpod.Problem{Reason: controlv1alpha1.ReasonTemplateRefused, Message: ferr.Error()}, nil
+		}
+	}
 	if r.Checker == nil || pool.Spec.PodSecurity == controlv1alpha1.PodSecurityNamespace {
 		// Namespace: the kube-apiserver holds the pods to the namespace's level when they are
 		// created, and only users who may create pods can have set it (see PodSecurity).

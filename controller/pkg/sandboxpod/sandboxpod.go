@@ -5,6 +5,7 @@
 package sandboxpod
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
@@ -27,7 +29,7 @@ const ExecdInstallPath = "/usr/local/bin/sandbox-execd"
 // InjectionVersion names how Inject wires a pod; it is part of a pool's revision, so that idle
 // pods made by an older controller are replaced by its successor's. Raise it when Inject
 // changes in a way old pods cannot serve.
-const InjectionVersion = "2"
+const InjectionVersion = "3"
 
 // identityTokenSeconds is the life of the projected identity token: the kubelet renews it at
 // 80%; the controller reads it only to certify a pod, right after the pod starts.
@@ -52,7 +54,22 @@ type Options struct {
 	Env []corev1.EnvVar
 	// ReadinessPeriodSeconds of the default readiness probe; 0: 1 s.
 	ReadinessPeriodSeconds int32
+	// Egress, if set, adds the sandbox-egress sidecar, which enforces Config from before the
+	// sandbox container starts.
+	Egress *Egress
 }
+
+// Egress says how Inject adds sandbox-egress.
+type Egress struct {
+	// Image holds EgressInstallPath (the kube-sandbox image, as for execd).
+	Image string
+	// Config is what the pod enforces from its start: a direct-mode sandbox's policy, or
+	// deny-all for a pool pod. Its PodUID is left empty (the pod has none yet).
+	Config egressapi.Config
+}
+
+// EgressPath is the sandbox-egress binary in the kube-sandbox image.
+const EgressPath = "/usr/local/bin/sandbox-egress"
 
 // Sandbox names the sandbox of a pod.
 type Sandbox struct {
@@ -168,6 +185,9 @@ func Inject(spec *corev1.PodSpec, o Options) {
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 	spec.InitContainers = append([]corev1.Container{install}, spec.InitContainers...)
+	if o.Egress != nil {
+		injectEgress(spec, o.Egress, o.ClientCA)
+	}
 
 	c := &spec.Containers[0]
 	entrypoint := o.Entrypoint
@@ -269,4 +289,62 @@ func Failure(p *corev1.Pod) *Problem {
 		}
 	}
 	return nil
+}
+
+// injectEgress adds sandbox-egress as the pod's first init container, a native sidecar
+// (restartPolicy Always): the kubelet starts the other containers only once its startup probe
+// says the filter is in place, and it runs as long as the pod. It alone holds NET_ADMIN; the
+// sandbox container never does. It runs before the execd installer, so nothing in the pod
+// ever has an unfiltered network.
+func injectEgress(spec *corev1.PodSpec, e *Egress, clientCA []byte) {
+	cfg, _ := json.Marshal(e.Config)
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: egressapi.StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+		// The last Config applied: a few kilobytes, in memory.
+		Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi")),
+	}}})
+	probe := func(period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: egressapi.ReadyzPath, Port: intstr.FromInt32(egressapi.HealthPort)}},
+			PeriodSeconds:    period,
+			FailureThreshold: failures,
+			TimeoutSeconds:   1,
+		}
+	}
+	c := corev1.Container{
+		Name:          egressapi.ContainerName,
+		Image:         e.Image,
+		Command:       []string{EgressPath, "serve"},
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Env: []corev1.EnvVar{
+			{Name: egressapi.EnvPodUID, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
+			{Name: egressapi.EnvConfig, Value: string(cfg)},
+			{Name: egressapi.EnvClientCA, Value: string(clientCA)},
+		},
+		VolumeMounts: []corev1.VolumeMount{{Name: egressapi.StateVolume, MountPath: egressapi.StateDir}},
+		// Startup: the other containers wait for the filter. Readiness: a policy that cannot be
+		// applied makes the pod not Ready.
+		StartupProbe:   probe(1, 60),
+		ReadinessProbe: probe(2, 1),
+		LivenessProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: egressapi.HealthzPath, Port: intstr.FromInt32(egressapi.HealthPort)}},
+			PeriodSeconds:    10,
+			FailureThreshold: 3,
+			TimeoutSeconds:   2,
+		},
+		Resources: corev1.ResourceRequirements{
+			// A DNS proxy and a netlink socket: little CPU, ~20 MiB of Go.
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("24Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("96Mi")},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:                ptr.To(int64(0)),
+			RunAsNonRoot:             ptr.To(false),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	spec.InitContainers = append([]corev1.Container{c}, spec.InitContainers...)
 }

@@ -173,6 +173,8 @@ func StartController(ctx context.Context, cp *ControlPlane) (stop func(), err er
 	o.ProbeAddr = "0"
 	o.ExecdImage = "kube-sandbox.local/kube-sandbox:test"
 	o.PKINamespace = SystemNamespace
+	// The simulated node runs no sidecars.
+	o.DisableEgress = true
 	o.InProcessRestart = true
 	if err := o.Validate(); err != nil {
 		cancel()

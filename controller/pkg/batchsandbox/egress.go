@@ -1,0 +1,100 @@
+package batchsandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
+)
+
+// poolOf is the sandbox's Pool from the cache, nil if it is not there.
+func (r *Reconciler) poolOf(ctx context.Context, bs *controlv1alpha1.BatchSandbox) *controlv1alpha1.Pool {
+	if bs.Spec.PoolRef == nil {
+		return nil
+	}
+	pool := &controlv1alpha1.Pool{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: bs.Namespace, Name: bs.Spec.PoolRef.Name}, pool); err != nil {
+		return nil
+	}
+	return pool
+}
+
+func (r *Reconciler) forgetEgress(uid types.UID) {
+	if r.Egress != nil {
+		r.Egress.Pusher.Forget(uid)
+	}
+}
+
+// enforceEgress pushes the sandbox's current policy to every replica whose pod serves the
+// sandbox (claimed: its execd was certified, and for a pool pod claimed) and has not confirmed
+// it yet, and says in the EgressReady condition whether all of them enforce it. A push
+// happens only when the policy (or the platform's) changed, or for a pod not seen before:
+// nothing here runs on a timer.
+func (r *Reconciler) enforceEgress(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool,
+	byReplica map[int32]*corev1.Pod, claimed map[int32]string) (*metav1.Condition, error) {
+	if r.Egress == nil {
+		return nil, nil
+	}
+	cond := &metav1.Condition{Type: controlv1alpha1.ConditionEgressReady, ObservedGeneration: bs.Generation}
+	cfg, err := r.Egress.SandboxConfig(ctx, bs, pool)
+	if err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, controlv1alpha1.ReasonPolicyPending, err.Error()
+		return cond, err
+	}
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, parallelWrites)
+		applied  int
+		failed   []string
+		retryErr error
+	)
+	for i, p := range byReplica {
+		if claimed[i] == "" || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := r.Egress.Ensure(ctx, p, cfg)
+			mu.Lock()
+			defer mu.Unlock()
+			var rejected *egress.Rejected
+			switch {
+			case err == nil:
+				applied++
+			case errors.As(err, &rejected):
+				failed = append(failed, err.Error())
+				retryErr = errors.Join(retryErr, err)
+			default:
+				failed = append(failed, err.Error())
+				retryErr = errors.Join(retryErr, err)
+			}
+		})
+	}
+	wg.Wait()
+	desired := replicas(bs)
+	switch {
+	case len(failed) > 0:
+		sort.Strings(failed)
+		cond.Status, cond.Reason = metav1.ConditionFalse, controlv1alpha1.ReasonPolicyFailed
+		cond.Message = fmt.Sprintf("%d/%d replicas enforce revision %s: %s", applied, desired, cfg.Revision, strings.Join(failed, "; "))
+	case int32(applied) == desired:
+		cond.Status, cond.Reason = metav1.ConditionTrue, controlv1alpha1.ReasonPolicyApplied
+		cond.Message = fmt.Sprintf("%d/%d replicas enforce revision %s", applied, desired, cfg.Revision)
+	default:
+		cond.Status, cond.Reason = metav1.ConditionFalse, controlv1alpha1.ReasonPolicyPending
+		cond.Message = fmt.Sprintf("%d/%d replicas enforce revision %s", applied, desired, cfg.Revision)
+	}
+	return cond, retryErr
+}

@@ -1,0 +1,55 @@
+package egress
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
+)
+
+// Enforcer is what the reconcilers need of egress: the sidecar's image, the platform policy,
+// and the pusher.
+type Enforcer struct {
+	Image  string
+	Source *Source
+	Pusher *Pusher
+}
+
+// SandboxConfig is the Config of the pods of bs (PodUID left empty): its own policy, else its
+// pool's (pool may be nil), else the platform's default.
+func (e *Enforcer) SandboxConfig(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool) (egressapi.Config, error) {
+	platform, cluster, err := e.Source.Current(ctx)
+	if err != nil {
+		return egressapi.Config{}, err
+	}
+	policy := bs.Spec.NetworkPolicy
+	if policy == nil && pool != nil {
+		policy = pool.Spec.NetworkPolicy
+	}
+	ref := &egressapi.SandboxRef{Namespace: bs.Namespace, Name: bs.Name, UID: string(bs.UID)}
+	return platform.ConfigFor(cluster, "", ref, bs.Generation, policy), nil
+}
+
+// IdleConfig is the Config of a pool pod no sandbox has: everything denied.
+func IdleConfig() egressapi.Config {
+	cfg := egressapi.Config{DefaultAction: egressapi.ActionDeny}
+	cfg.Revision = cfg.Hash()
+	return cfg
+}
+
+// Sidecar is how sandboxpod.Inject adds sandbox-egress with cfg; nil when e is nil.
+func (e *Enforcer) Sidecar(cfg egressapi.Config) *sandboxpod.Egress {
+	if e == nil {
+		return nil
+	}
+	return &sandboxpod.Egress{Image: e.Image, Config: cfg}
+}
+
+// Ensure pushes cfg, for pod, to the pod's sandbox-egress unless it has it already.
+func (e *Enforcer) Ensure(ctx context.Context, pod *corev1.Pod, cfg egressapi.Config) error {
+	cfg.PodUID = string(pod.UID)
+	return e.Pusher.Ensure(ctx, pod, &cfg)
+}

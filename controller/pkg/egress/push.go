@@ -1,0 +1,145 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
+)
+
+// pushTimeout bounds one push: a small body, and a ruleset sync in the pod's kernel.
+const pushTimeout = 5 * time.Second
+
+// Rejected: sandbox-egress refused the Config (4xx): retrying the same one will not help.
+type Rejected struct {
+	Pod        string
+	StatusCode int
+	Message    string
+}
+
+func (e *Rejected) Error() string {
+	return fmt.Sprintf("sandbox-egress of pod %s refused the policy (%d): %s", e.Pod, e.StatusCode, e.Message)
+}
+
+// Pusher pushes Configs to the sandbox-egress of pods, and remembers what each pod confirmed,
+// so that a pod costs one push per change of its Config, however often it is reconciled.
+type Pusher struct {
+	client *http.Client
+	// Port overrides egressapi.ControlPort (tests).
+	Port int
+
+	mu      sync.Mutex
+	applied map[types.UID]string // pod UID -> revision it confirmed
+}
+
+// NewPusher presents creds' client certificate (sandbox-controller's) to sandbox-egress.
+//
+// sandbox-egress serves a certificate of its own making, which nothing verifies: what the
+// controller must know is that the policy reached that pod, and the answer names the pod UID
+// that sandbox-egress read from the downward API (a Config for another pod is refused). Only
+// something in the pod's own network namespace could answer in its stead, and only while
+// sandbox-egress is down: the filter it left then stays in force, and the pod is not Ready.
+func NewPusher(creds execdclient.Credentials) *Pusher {
+	return &Pusher{client: &http.Client{
+		Timeout: pushTimeout,
+		Transport: &http.Transport{
+			Proxy:       nil,
+			DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+			TLSClientConfig: &tls.Config{
+				GetClientCertificate: creds.GetClientCertificate,
+				MinVersion:           tls.VersionTLS13,
+				InsecureSkipVerify:   true, //nolint:gosec // see NewPusher
+			},
+			MaxIdleConnsPerHost: 1,
+			IdleConnTimeout:     30 * time.Second,
+		},
+	}}
+}
+
+// Applied reports whether the pod confirmed the revision.
+func (p *Pusher) Applied(uid types.UID, revision string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.applied[uid] == revision
+}
+
+// Forget drops what is remembered of a pod that is gone.
+func (p *Pusher) Forget(uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.applied, uid)
+}
+
+// Ensure pushes cfg to the pod unless it confirmed that revision already.
+func (p *Pusher) Ensure(ctx context.Context, pod *corev1.Pod, cfg *egressapi.Config) error {
+	if p.Applied(pod.UID, cfg.Revision) {
+		return nil
+	}
+	st, err := p.Push(ctx, pod, cfg)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.applied == nil {
+		p.applied = map[types.UID]string{}
+	}
+	p.applied[pod.UID] = st.Revision
+	return nil
+}
+
+// Push sends cfg to the pod's sandbox-egress and returns what it applied.
+func (p *Pusher) Push(ctx context.Context, pod *corev1.Pod, cfg *egressapi.Config) (*egressapi.Status, error) {
+	if pod.Status.PodIP == "" {
+		return nil, fmt.Errorf("pod %s has no IP yet", pod.Name)
+	}
+	body, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	port := p.Port
+	if port == 0 {
+		port = egressapi.ControlPort
+	}
+	url := "https://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)) + egressapi.PolicyPath
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("push the egress policy to pod %s: %w", pod.Name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		st := &egressapi.Status{}
+		if err := json.Unmarshal(data, st); err != nil {
+			return nil, fmt.Errorf("push the egress policy to pod %s: decode answer: %w", pod.Name, err)
+		}
+		if st.PodUID != string(pod.UID) || st.Revision != cfg.Revision {
+			return nil, errors.New("the sandbox-egress of pod " + pod.Name + " answered for another pod or revision")
+		}
+		return st, nil
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		return nil, &Rejected{Pod: pod.Name, StatusCode: resp.StatusCode, Message: string(bytes.TrimSpace(data))}
+	default:
+		return nil, fmt.Errorf("push the egress policy to pod %s: %s: %s", pod.Name, resp.Status, bytes.TrimSpace(data))
+	}
+}
