@@ -2,8 +2,8 @@
 # up.sh (make up): a real single-node Kubernetes on this machine with kube-sandbox installed.
 # Installs missing Debian packages, builds Kubernetes, etcd and gVisor (cached in _output),
 # builds the images (busybox and Python sandboxes, our components), starts the cluster, installs
-# kube-sandbox from artifacts/ and the sample pools artifacts/samples/pool-python.yaml and
-# pool-python-gvisor.yaml, and waits until they are Ready. Run as root. Safe to run again: a
+# kube-sandbox from artifacts/ and the sample pool artifacts/samples/pool-python.yaml, and waits
+# until it is Ready. Run as root. Safe to run again: a
 # running cluster is kept.
 # Env: SAMPLE_POOL=0 skips the sample pools; POOL_TIMEOUT (default 180s) bounds the wait for each.
 set -euo pipefail
@@ -46,7 +46,6 @@ sample_pool() { # NAME FILE: apply a sample pool of artifacts/samples and wait u
 if [ "$SAMPLE_POOL" != 0 ]; then
 	export KUBECONFIG=$ADMIN_KUBECONFIG
 	sample_pool python artifacts/samples/pool-python.yaml
-	sample_pool python-gvisor artifacts/samples/pool-python-gvisor.yaml
 fi
 
 cat <<TXT
@@ -64,15 +63,15 @@ TXT
 if [ "$SAMPLE_POOL" != 0 ]; then
 	cat <<TXT
 
-A sandbox from the warm pool default/python (artifacts/samples/pool-python.yaml), and one in
-gVisor from default/python-gvisor (artifacts/samples/pool-python-gvisor.yaml):
+A sandbox from the warm pool default/python (artifacts/samples/pool-python.yaml), with an
+outbound policy (without one, a sandbox reaches nothing: the platform's default denies all):
 
   kubectl get pools
-  kubectl sandbox create fast --pool python
+  kubectl sandbox create fast --pool python --allow pypi.org --allow '*.pythonhosted.org'
   kubectl sandbox exec fast -- python3 -c 'print(6*7)'
-  kubectl sandbox create isolated --pool python-gvisor
-  kubectl sandbox exec isolated -- dmesg
-  kubectl sandbox delete fast isolated
+  kubectl sandbox network fast
+  kubectl get sandboxes -o wide
+  kubectl sandbox delete fast
 TXT
 fi
 cat <<TXT

@@ -4,7 +4,10 @@
 #   processes in our kubepods cgroups and shims of our socket; containerd; then the control plane
 #   (scheduler, controller-manager, apiserver, etcd) and any other process with a PID file in
 #   $RUN/pids. Unmounts our mounts and pod network namespaces, removes our empty pod cgroups,
-#   deletes the bridges $HOST_BRIDGE and $POD_BRIDGE and the CNI IPAM state.
+#   deletes the bridges $HOST_BRIDGE and $POD_BRIDGE and the CNI IPAM state, removes the nat
+#   CNI-* chains the bridge plugin's ipMasq left for pods that were killed (cluster_nat_chains:
+#   only chains of $CNI_NETWORK for $POD_CIDR), and sets net.ipv4.ip_forward back to the value
+#   up.sh recorded in $IP_FORWARD_SAVED (the bridge plugin, isGateway, turns it on as well).
 #   --wipe  also removes $RUN (etcd data, containerd images, kubelet dir, logs).
 # Processes are stopped by PID (PID files; pod cgroups; shims with our -address only).
 # Idempotent: exits 0 when nothing is running.
@@ -128,6 +131,42 @@ for l in "$POD_BRIDGE" "$HOST_BRIDGE"; do
 	fi
 done
 rm -rf "$RUN/cni/ipam"
+# ipMasq: the bridge plugin gives each pod a nat chain CNI-<hash> (ACCEPT to $POD_CIDR, MASQUERADE
+# the rest) and a POSTROUTING rule -s <pod IP> -j CNI-<hash>; it removes both on pod delete, but
+# pods that were killed (kill_pods above) leave theirs. Remove those of our network only.
+chains=$(cluster_nat_chains)
+if [ -n "$chains" ]; then
+	n=0
+	for c in $chains; do
+		# the jumps to it first (by rule number, listed again after each delete)
+		while r=$(iptables -w 5 -t nat -L POSTROUTING -n --line-numbers 2>/dev/null | awk -v c="$c" '$2 == c {print $1; exit}') && [ -n "$r" ]; do
+			iptables -w 5 -t nat -D POSTROUTING "$r" || break
+		done
+		if iptables -w 5 -t nat -F "$c" && iptables -w 5 -t nat -X "$c"; then
+			n=$((n + 1))
+		else
+			log "WARNING: cannot remove nat chain $c"
+		fi
+	done
+	log "removed $n leftover nat chain(s) of the bridge plugin's ipMasq (CNI-*, $POD_CIDR)"
+fi
+while iptables -w 5 -D FORWARD -i "$POD_BRIDGE" ! -o ksb+ -m comment --comment "$FORWARD_GUARD" -j DROP 2>/dev/null; do
+	log "removed the FORWARD guard of the pod bridge"
+done
+# IPv4 forwarding as it was before up.sh (which recorded it) turned it on
+if [ -f "$IP_FORWARD_SAVED" ]; then
+	prev=$(cat "$IP_FORWARD_SAVED" 2>/dev/null || true)
+	case $prev in
+	0 | 1)
+		if [ "$(cat /proc/sys/net/ipv4/ip_forward)" != "$prev" ]; then
+			echo "$prev" >/proc/sys/net/ipv4/ip_forward
+			log "net.ipv4.ip_forward restored to $prev"
+		fi
+		;;
+	*) log "WARNING: $IP_FORWARD_SAVED holds '$prev', not 0 or 1: net.ipv4.ip_forward left as it is" ;;
+	esac
+	rm -f "$IP_FORWARD_SAVED"
+fi
 # libcni's result cache is hard-coded to /var/lib/cni: remove the entries of our network only
 for f in /var/lib/cni/results/"$CNI_NETWORK"-*; do
 	[ -e "$f" ] || continue

@@ -4,7 +4,10 @@
 #   etcd, kube-apiserver (RBAC + Node authz, aggregation), kube-controller-manager, kube-scheduler,
 #   our own containerd (own socket/root/state under $RUN), kubelet, CNI bridge $POD_BRIDGE.
 # The node IP / apiserver address is $HOST_IP on the port-less bridge $HOST_BRIDGE; pods get
-# $POD_CIDR without a default route. Every tarball in $IMAGES is imported into containerd, and a
+# $POD_CIDR with a default route via $POD_GW, as in real clusters: the CNI bridge plugin with
+# isGateway, isDefaultGateway and ipMasq (iptables nat CNI-* chains masquerade what leaves
+# $POD_CIDR), and net.ipv4.ip_forward=1 (the value before is kept in $IP_FORWARD_SAVED, down.sh
+# restores it). Every tarball in $IMAGES is imported into containerd, and a
 # MutatingAdmissionPolicy forces imagePullPolicy: Never.
 # Admin kubeconfig: _output/kubeconfig. PIDs in $RUN/pids, logs in $RUN/logs. Stop: down.sh.
 #   - already up (all processes alive, /readyz answers) with the configuration this script would
@@ -44,7 +47,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 	log "missing in $CBIN: ${missing[*]}: running hack/build-cluster.sh (cold: ~15 min)"
 	"$ROOT/hack/build-cluster.sh"
 fi
-for b in containerd ctr runc /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback kubectl; do
+# iptables: the bridge plugin's ipMasq runs it (from containerd's PATH, which is ours)
+for b in containerd ctr runc /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback kubectl iptables; do
 	command -v "$b" >/dev/null || die "missing $b"
 done
 
@@ -69,7 +73,7 @@ render() { # TEMPLATE OUT: substitute only our variables (${NAME}) in a hack/clu
 	mv "$2.tmp" "$2"
 }
 # Configuration files and what they are rendered to, as TEMPLATE:PATH-BELOW-$RUN.
-CONFIGS=(containerd.toml:containerd/config.toml runsc.toml:containerd/runsc.toml kubelet.yaml:kubelet.yaml "10-kube-sandbox.conflist:cni/net.d/10-$CNI_NETWORK.conflist")
+CONFIGS=(containerd.toml:containerd/config.toml runsc.toml:containerd/runsc.toml kubelet.yaml:kubelet.yaml "10-kube-sandbox.conflist:cni/net.d/10-$CNI_NETWORK.conflist" admission.yaml:admission.yaml)
 # config_drift prints what the running cluster was started with and up.sh would now start
 # differently (an older checkout, another POD_CIDR or MAX_PODS); nothing when it is current.
 config_drift() {
@@ -95,6 +99,24 @@ pod_addresses=$(($(ip2int "${POD_CIDR%/*}") + (1 << (32 - ${POD_CIDR#*/})) - 1 -
 [ "$pod_addresses" -ge "$MAX_PODS" ] ||
 	log "WARNING: POD_CIDR $POD_CIDR has $pod_addresses pod addresses from $POD_RANGE_START, fewer than MAX_PODS=$MAX_PODS: pods past them fail to get a network"
 
+# enable_ip_forward: pods' traffic beyond the node is forwarded (their default route is $POD_GW).
+# Records the value before in $IP_FORWARD_SAVED for down.sh, unless a record is there already (a
+# crashed run's: it holds the value from before that run, still the one to restore).
+enable_ip_forward() {
+	local f=/proc/sys/net/ipv4/ip_forward
+	mkdir -p "$RUN"
+	[ -f "$IP_FORWARD_SAVED" ] || cat "$f" >"$IP_FORWARD_SAVED"
+	if [ "$(cat "$f")" != 1 ]; then
+		echo 1 >"$f"
+		log "net.ipv4.ip_forward=1 (was $(cat "$IP_FORWARD_SAVED"); down.sh restores it)"
+	fi
+	# Forwarded pod traffic goes only to this cluster's own bridges (ksb*: the node, the pods,
+	# the "outside" hosts the end-to-end tests make), never off the machine: a sandbox whose
+	# policy allowed a real address must not reach it from here.
+	iptables -w 5 -C FORWARD -i "$POD_BRIDGE" ! -o ksb+ -m comment --comment "$FORWARD_GUARD" -j DROP 2>/dev/null ||
+		iptables -w 5 -I FORWARD -i "$POD_BRIDGE" ! -o ksb+ -m comment --comment "$FORWARD_GUARD" -j DROP
+}
+
 # --- already up? stale? ----------------------------------------------------------------------
 apiserver_ready() { curl -sf -m 2 "${ADMIN[@]}" "$APISERVER_URL/readyz" >/dev/null 2>&1; }
 all_alive() {
@@ -110,6 +132,7 @@ if all_alive; then
 		for _ in 1 2 3 4 5; do
 			if apiserver_ready; then
 				log "already up: ${CLUSTER_COMPONENTS[*]} running, $APISERVER_URL/readyz ok"
+				enable_ip_forward # in case something turned it off since
 				log "export KUBECONFIG=$ADMIN_KUBECONFIG"
 				exit 0
 			fi
@@ -126,6 +149,7 @@ n=$(cluster_mounts | wc -l); [ "$n" = 0 ] || stale+=("$n mounts under $RUN")
 n=$(cluster_netns | wc -l); [ "$n" = 0 ] || stale+=("$n pod netns")
 n=$(cluster_pod_pids | wc -l); [ "$n" = 0 ] || stale+=("$n pod processes")
 n=$(cluster_shims | wc -l); [ "$n" = 0 ] || stale+=("$n containerd shims")
+n=$(cluster_nat_chains | wc -l); [ "$n" = 0 ] || stale+=("$n pod nat chains CNI-*")
 if [ ${#stale[@]} -gt 0 ]; then
 	log "stale state from an earlier run ($(
 		IFS=,
@@ -169,7 +193,7 @@ waitfor() { # NAME WHAT CMD...: poll CMD until it succeeds; NAME's process must 
 	fail "$n" "$what not ready after ${UP_TIMEOUT}s"
 }
 
-# --- network: host-only node IP on a port-less bridge; pod bridge ----------------------------
+# --- network: host-only node IP on a port-less bridge; pod bridge; forwarding ----------------
 ip link add "$HOST_BRIDGE" type bridge
 ip addr add "$HOST_IP/32" dev "$HOST_BRIDGE"
 ip link set "$HOST_BRIDGE" up
@@ -177,6 +201,11 @@ ip link add "$POD_BRIDGE" type bridge
 ip addr add "$POD_GW/${POD_CIDR#*/}" dev "$POD_BRIDGE"
 ip link set "$POD_BRIDGE" up
 log "bridges $HOST_BRIDGE ($HOST_IP/32) and $POD_BRIDGE ($POD_GW/${POD_CIDR#*/}) up"
+# Pods' default route is $POD_GW: the node forwards what leaves $POD_CIDR, masqueraded by the
+# bridge plugin's ipMasq (per pod a nat chain CNI-<hash>, made on pod add, removed on delete).
+enable_ip_forward
+[ "$(iptables -w 5 -S FORWARD 2>/dev/null | awk '$1 == "-P" {print $3}')" != DROP ] ||
+	log "WARNING: the iptables filter FORWARD policy is DROP: pods reach the node, but nothing beyond it"
 
 # --- PKI, kubeconfigs, configs ---------------------------------------------------------------
 LOG_PREFIX=up "$HERE/pki.sh"
@@ -209,6 +238,7 @@ start kube-apiserver "$CBIN/kube-apiserver" \
 	--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
 	--client-ca-file="$PKI/ca.crt" --token-auth-file="$PKI/tokens.csv" \
 	--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --allow-privileged=true \
+	--admission-control-config-file="$RUN/admission.yaml" \
 	--service-cluster-ip-range=10.96.0.0/16 \
 	--service-account-issuer=https://kubernetes.default.svc.cluster.local \
 	--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \

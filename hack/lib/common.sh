@@ -11,7 +11,9 @@ IMAGES=${IMAGES:-$OUT/images}        # docker-archive tarballs imported into con
 KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
 
 # Host-only node address on a port-less bridge (this kernel has no dummy interface driver),
-# and the pod bridge. Pods get no default route: they reach the host and each other only.
+# and the pod bridge. Pods get a default route via $POD_GW (CNI bridge plugin, isGateway and
+# isDefaultGateway): the node forwards their traffic (hack/cluster/up.sh turns on
+# net.ipv4.ip_forward) and masquerades what leaves $POD_CIDR (ipMasq, iptables nat CNI-* chains).
 HOST_IP=${HOST_IP:-10.250.0.1}
 HOST_BRIDGE=${HOST_BRIDGE:-ksbhost0}
 POD_BRIDGE=${POD_BRIDGE:-ksbbr0}
@@ -60,6 +62,9 @@ APISERVER_URL=${APISERVER_URL:-https://$HOST_IP:$APISERVER_PORT}
 CONTAINERD_SOCK=${CONTAINERD_SOCK:-$RUN/containerd/containerd.sock}   # our own containerd, never the system one
 CNI_NETWORK=${CNI_NETWORK:-kube-sandbox}                # CNI network name (results cache: /var/lib/cni/results/<name>-*)
 KUBE_CGROUP_ROOT=${KUBE_CGROUP_ROOT:-/kube-sandbox}     # kubelet cgroupRoot: pods live in $KUBE_CGROUP_ROOT/kubepods
+# FORWARD_GUARD is the comment of up.sh's FORWARD rule that keeps pod traffic on the machine.
+FORWARD_GUARD=kube-sandbox-local-guard
+IP_FORWARD_SAVED=${IP_FORWARD_SAVED:-$RUN/ip_forward.prev} # net.ipv4.ip_forward before up.sh set it; down.sh restores it
 # Processes up.sh starts, in start order; down.sh stops them in reverse groups.
 CLUSTER_COMPONENTS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
@@ -148,6 +153,16 @@ cluster_shims() {
 shim_socket() { echo "/run/containerd/s/$(printf '%s' "$CONTAINERD_SOCK/$1/$2" | sha256sum | cut -c1-64)"; }
 # cluster_mounts: mounts below $RUN (container rootfs, shm, kubelet volumes), deepest first.
 cluster_mounts() { awk -v r="$RUN/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r; }
+# cluster_nat_chains: the CNI-* chains of the iptables nat table that the bridge plugin's ipMasq
+# made for our pods, one name a line: CNI-<hex> chains whose rules send $POD_CIDR to ACCEPT and
+# carry the plugin's comment name: "$CNI_NETWORK" (POSTROUTING -s <pod IP> jumps to each). The
+# plugin removes a pod's chain when the pod is deleted; pods that were killed leave theirs.
+cluster_nat_chains() {
+	command -v iptables >/dev/null || return 0
+	iptables -w 5 -t nat -S 2>/dev/null | awk -v cidr="$POD_CIDR" -v net="$CNI_NETWORK" '
+		$1 == "-A" && $2 ~ /^CNI-[0-9a-f]+$/ && index($0, " -d " cidr " ") &&
+			index($0, " --comment \"name: \\\"" net "\\\" ") {print $2}' | sort -u
+}
 # cluster_netns: CNI network namespaces of our pods: those recorded in our containerd's metadata
 # and those that processes in our pod cgroups live in.
 cluster_netns() {
