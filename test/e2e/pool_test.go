@@ -33,6 +33,7 @@ const (
 
 type condition struct {
 	Type, Status, Reason, Message string
+	ObservedGeneration            int64
 }
 
 func findCondition(conds []condition, typ string) condition {

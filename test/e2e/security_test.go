@@ -90,7 +90,7 @@ func TestSecurityTemplateAdmission(t *testing.T) {
 		field string
 	}{
 		{"privileged", container("securityContext: {privileged: true}"), "spec.template.spec.containers[0].securityContext.privileged"},
-		{"host-network", withPod([]string{"hostNetwork: true"}), "spec.template.spec.hostNetwork"},
+		{"host-ipc", withPod([]string{"hostIPC: true"}), "spec.template.spec.hostIPC"},
 		{"host-pid", withPod([]string{"hostPID: true"}), "spec.template.spec.hostPID"},
 		{"host-path", withPod([]string{"volumes: [{name: root, hostPath: {path: /}}]"}, "volumeMounts: [{name: root, mountPath: /host}]"),
 			"spec.template.spec.volumes[0]"},

@@ -1,0 +1,308 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kube-sandbox/kube-sandbox/test/e2e/outside"
+)
+
+// probe is Python run in a sandbox: each line of its output is "WHAT RESULT", RESULT being
+// "ok", "refused", "nxdomain", "timeout" or another error's name, so that a failure says how
+// it failed (fast refusal versus a timeout).
+const probe = `
+import socket, sys, time
+def tcp(what, host, port, timeout=3):
+    t = time.time()
+    try:
+        s = socket.create_connection((host, port), timeout=timeout)
+        s.close(); r = "ok"
+    except ConnectionRefusedError: r = "refused"
+    except socket.timeout: r = "timeout"
+    except OSError as e: r = "oserror-%d" % e.errno
+    print(what, r, "%.3f" % (time.time() - t))
+def name(what, host):
+    try:
+        socket.getaddrinfo(host, 80, socket.AF_INET, socket.SOCK_STREAM); print(what, "ok")
+    except socket.gaierror as e: print(what, "nxdomain" if e.errno in (socket.EAI_NONAME, -5) else "gaierror%d" % e.errno)
+def udpdns(what, server, qname):
+    # A raw DNS query (A, recursion desired) to a resolver of the sandbox's choosing.
+    q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + b"".join(bytes([len(l)]) + l.encode() for l in qname.split(".")) + b"\x00\x00\x01\x00\x01"
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+    try:
+        s.sendto(q, (server, 53)); a = s.recv(512)
+        rcode = a[3] & 15; n = (a[6] << 8) | a[7]
+        print(what, "answers=%d rcode=%d" % (n, rcode))
+    except socket.timeout: print(what, "timeout")
+    except OSError as e: print(what, "oserror-%d" % e.errno)
+def http(what, url):
+    import urllib.request
+    try:
+        print(what, "ok" if urllib.request.urlopen(url, timeout=3).read() == b"outside" else "wrong-body")
+    except Exception as e: print(what, type(e).__name__)
+for line in sys.argv[1:]:
+    f, *args = line.split(",")
+    {"tcp": lambda w, h, p: tcp(w, h, int(p)), "name": name, "udpdns": udpdns, "http": http,
+     "tcp6": lambda w, h, p: tcp(w, h, int(p))}[f](*args)
+`
+
+// probeSandbox runs probe checks (each "FUNC,WHAT,ARGS...") in a sandbox and returns WHAT ->
+// RESULT.
+func probeSandbox(t *testing.T, ns, name string, checks ...string) map[string]string {
+	t.Helper()
+	out := mustSandboxCmd(t, ns, append([]string{"exec", name, "--", "python3", "-c", probe}, checks...)...)
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 {
+			got[f[0]] = strings.Join(f[1:2], "")
+			if f[1] == "answers=0" || strings.HasPrefix(f[1], "answers=") {
+				got[f[0]] = strings.Join(f[1:], " ")
+			}
+		}
+	}
+	return got
+}
+
+func expectProbe(t *testing.T, sandbox string, got map[string]string, want map[string]string) {
+	t.Helper()
+	for what, w := range want {
+		if got[what] != w {
+			t.Errorf("%s: %s: %q, want %q", sandbox, what, got[what], w)
+		}
+	}
+}
+
+type egressState struct {
+	Metadata struct {
+		Generation int64 `json:"generation"`
+	} `json:"metadata"`
+	Status struct {
+		Conditions []condition `json:"conditions"`
+		Pods       []struct {
+			Name string `json:"name"`
+			IP   string `json:"ip"`
+		} `json:"pods"`
+	} `json:"status"`
+}
+
+// waitEgressReady waits until EgressReady is True for the sandbox's current generation, and
+// returns how long that took.
+func waitEgressReady(t *testing.T, ns, name string) (egressState, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	var s egressState
+	waitFor(t, name+" EgressReady", 60*time.Second, func() (bool, string) {
+		s = egressState{}
+		getJSON(t, &s, "-n", ns, "get", "sandbox", name)
+		c := findCondition(s.Status.Conditions, "EgressReady")
+		return c.Status == "True" && c.ObservedGeneration >= s.Metadata.Generation, fmt.Sprintf("%+v", s.Status.Conditions)
+	})
+	return s, time.Since(start)
+}
+
+// TestEgress: outbound policies enforced by sandbox-egress on the real cluster, for direct
+// and pooled sandboxes, against "outside" hosts (network namespaces behind the node) whose
+// servers count what reaches them.
+func TestEgress(t *testing.T) {
+	net := outside.New(t)
+	dnsHost := net.AddHost(t, "dns")
+	web := net.AddHost(t, "web")
+	other := net.AddHost(t, "other")
+	rogue := net.AddHost(t, "rogue")
+	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("outside")) })
+	web.ServeHTTP(t, 80, handler)
+	other.ServeHTTP(t, 80, handler)
+	other.ServeTCP(t, 853)
+	dnsHost.ServeDNS(t, map[string][]netip.Addr{
+		"allowed.test.":     {web.IP},
+		"www.wild.test.":    {web.IP},
+		"wild.test.":        {web.IP},
+		"denied.test.":      {other.IP},
+		"other.test.":       {other.IP},
+		"metadata.test.":    {netip.MustParseAddr("169.254.169.254")},
+		"kubernetes.test.":  {netip.MustParseAddr("10.250.0.1")},
+		"rogue-only.test.":  {web.IP},
+		"later.test.":       {other.IP},
+		"cut.test.":         {web.IP},
+		"www.allowed.test.": {web.IP},
+	})
+	rogue.ServeDNS(t, map[string][]netip.Addr{"rogue-only.test.": {web.IP}})
+
+	// The platform's resolver is the test's; the rest of the platform policy stays as shipped.
+	prev := mustKubectl(t, "-n", "kube-sandbox-system", "get", "configmap", "kube-sandbox-egress", "-o", "jsonpath={.data.dnsUpstreams}")
+	patch := func(upstreams string) {
+		data, _ := json.Marshal(map[string]any{"data": map[string]string{"dnsUpstreams": upstreams}})
+		mustKubectl(t, "-n", "kube-sandbox-system", "patch", "configmap", "kube-sandbox-egress", "--type=merge", "-p", string(data))
+	}
+	patch(fmt.Sprintf("- %s\n", dnsHost.Addr(53)))
+	t.Cleanup(func() { patch(prev) })
+
+	ns := newNamespace(t)
+	applyPool(t, ns, "egress", 3, 3, 6)
+	waitPoolFull(t, ns, "egress", 3, 0, 120*time.Second)
+
+	mustSandboxCmd(t, ns, "create", "direct", "--image", pythonImage, "--allow", "allowed.test", "--allow", "*.wild.test", "--timeout", "30m")
+	mustSandboxCmd(t, ns, "create", "pooled", "--pool", "egress", "--allow", "allowed.test", "--allow", "*.wild.test", "--timeout", "30m")
+	mustSandboxCmd(t, ns, "create", "closed", "--pool", "egress", "--deny-all", "--timeout", "30m", "--", "python3", "-m", "http.server", "8000", "--directory", "/tmp")
+	mustSandboxCmd(t, ns, "create", "default", "--pool", "egress", "--timeout", "30m")
+	waitSandboxRunning(t, ns, 120*time.Second, "direct", "pooled", "closed", "default")
+	for _, n := range []string{"direct", "pooled", "closed", "default"} {
+		waitEgressReady(t, ns, n)
+	}
+
+	for _, name := range []string{"direct", "pooled"} {
+		t.Run(name+" enforces its policy", func(t *testing.T) {
+			deniedBefore, otherBefore := dnsHost.DNSQueries("denied.test"), other.HTTPRequests(80)
+			got := probeSandbox(t, ns, name,
+				"name,allowed-name,allowed.test", "http,allowed-http,http://allowed.test/",
+				"name,wildcard-subdomain,www.wild.test", "name,wildcard-bare,wild.test",
+				"name,denied-name,denied.test",
+				"tcp,denied-address,"+other.IP.String()+",80",
+				"udpdns,other-resolver,"+rogue.IP.String()+",rogue-only.test",
+				"tcp,dot,"+other.IP.String()+",853",
+				"tcp,ipv6,"+web.IP6.String()+",80",
+			)
+			expectProbe(t, name, got, map[string]string{
+				"allowed-name": "ok", "allowed-http": "ok",
+				"wildcard-subdomain": "ok", "wildcard-bare": "nxdomain",
+				"denied-name":    "nxdomain",
+				"denied-address": "refused", // fast: a reset, not a timeout
+				"other-resolver": "answers=0 rcode=3",
+				"dot":            "refused",
+			})
+			if r := got["ipv6"]; r == "ok" || r == "timeout" {
+				t.Errorf("%s: IPv6 to an outside host: %q, want a fast failure", name, r)
+			}
+			if n := dnsHost.DNSQueries("denied.test") - deniedBefore; n != 0 {
+				t.Errorf("%s: the upstream saw %d queries for a denied name", name, n)
+			}
+			if n := rogue.DNSQueriesTotal(); n != 0 {
+				t.Errorf("the sandbox's own resolver got %d queries: DNS bypassed the proxy", n)
+			}
+			if n := other.Connections(853); n != 0 {
+				t.Errorf("DoT reached the outside host %d times", n)
+			}
+			if n := other.HTTPRequests(80) - otherBefore; n != 0 {
+				t.Errorf("a denied address got %d requests", n)
+			}
+		})
+	}
+
+	t.Run("two pooled sandboxes of one pool have their own policies", func(t *testing.T) {
+		got := probeSandbox(t, ns, "closed", "name,allowed-name,allowed.test", "tcp,web,"+web.IP.String()+",80")
+		expectProbe(t, "closed", got, map[string]string{"allowed-name": "nxdomain", "web": "refused"})
+	})
+
+	t.Run("the default policy reaches neither the cluster nor the metadata address", func(t *testing.T) {
+		d := egressState{}
+		getJSON(t, &d, "-n", ns, "get", "sandbox", "direct")
+		got := probeSandbox(t, ns, "default",
+			"tcp,other-pod,"+d.Status.Pods[0].IP+",44772", "tcp,kube-apiserver,10.250.0.1,6443",
+			"tcp,metadata,169.254.169.254,80", "tcp,outside,"+web.IP.String()+",80", "name,a-name,allowed.test")
+		expectProbe(t, "default", got, map[string]string{
+			"other-pod": "refused", "kube-apiserver": "refused", "metadata": "refused", "outside": "refused", "a-name": "nxdomain"})
+		// Even a sandbox that allows the addresses by name gets no further: always-deny wins.
+		got = probeSandbox(t, ns, "direct", "tcp,kube-apiserver,10.250.0.1,6443", "tcp,metadata,169.254.169.254,80")
+		expectProbe(t, "direct", got, map[string]string{"kube-apiserver": "refused", "metadata": "refused"})
+	})
+
+	t.Run("exec, files and proxy work under deny-all", func(t *testing.T) {
+		dir := t.TempDir()
+		src := filepath.Join(dir, "in.txt")
+		if err := os.WriteFile(src, []byte("through files\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mustSandboxCmd(t, ns, "cp", src, "closed:/tmp/in.txt")
+		if out := mustSandboxCmd(t, ns, "exec", "closed", "--", "cat", "/tmp/in.txt"); out != "through files\n" {
+			t.Errorf("files then exec: %q", out)
+		}
+		path := fmt.Sprintf("/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/%s/sandboxes/closed/proxy/8000/in.txt", ns)
+		waitFor(t, "the proxy to the sandbox's server", 30*time.Second, func() (bool, string) {
+			g := kubectl(t, "get", "--raw", path)
+			return g.stdout == "through files\n", g.stdout + g.stderr
+		})
+	})
+
+	t.Run("a policy change takes effect at once, both ways", func(t *testing.T) {
+		allow := `{"spec":{"networkPolicy":{"defaultAction":"Deny","egress":[{"action":"Allow","to":"later.test"},{"action":"Allow","to":"` + other.IP.String() + `","ports":[{"port":80}]}]}}}`
+		start := time.Now()
+		mustKubectl(t, "-n", ns, "patch", "sandbox", "closed", "--type=merge", "-p", allow)
+		_, took := waitEgressReady(t, ns, "closed")
+		t.Logf("allow: EgressReady %.0f ms after the patch was sent", float64(took.Milliseconds()))
+		got := probeSandbox(t, ns, "closed", "name,later,later.test", "tcp,other,"+other.IP.String()+",80", "tcp,other-443,"+other.IP.String()+",443")
+		expectProbe(t, "closed", got, map[string]string{"later": "ok", "other": "ok", "other-443": "refused"})
+		t.Logf("allow: in force %.0f ms after the patch (incl. one exec)", float64(time.Since(start).Milliseconds()))
+
+		start = time.Now()
+		mustKubectl(t, "-n", ns, "patch", "sandbox", "closed", "--type=merge", "-p", `{"spec":{"networkPolicy":{"defaultAction":"Deny","egress":null}}}`)
+		_, took = waitEgressReady(t, ns, "closed")
+		t.Logf("deny: EgressReady %.0f ms after the patch was sent", float64(took.Milliseconds()))
+		got = probeSandbox(t, ns, "closed", "name,later,later.test", "tcp,other,"+other.IP.String()+",80")
+		expectProbe(t, "closed", got, map[string]string{"later": "nxdomain", "other": "refused"})
+	})
+
+	t.Run("killing the sidecar leaves traffic denied", func(t *testing.T) {
+		s := egressState{}
+		getJSON(t, &s, "-n", ns, "get", "sandbox", "pooled")
+		pod := getPod(t, ns, s.Status.Pods[0].Name)
+		pid := egressPID(t, pod.Metadata.UID)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill sandbox-egress (pid %d): %v", pid, err)
+		}
+		got := probeSandbox(t, ns, "pooled", "tcp,denied-address,"+other.IP.String()+",80", "name,denied-name,denied.test")
+		if got["denied-address"] != "refused" {
+			t.Errorf("with sandbox-egress killed, a denied address: %q, want refused", got["denied-address"])
+		}
+		if got["denied-name"] == "ok" {
+			t.Errorf("with sandbox-egress killed, a denied name resolved")
+		}
+		// The kubelet restarts it; it restores the policy it had, and allowed names work again.
+		waitFor(t, "sandbox-egress back", 60*time.Second, func() (bool, string) {
+			got := probeSandbox(t, ns, "pooled", "name,allowed-name,allowed.test", "tcp,denied-address,"+other.IP.String()+",80")
+			return got["allowed-name"] == "ok" && got["denied-address"] == "refused", fmt.Sprint(got)
+		})
+	})
+
+	t.Run("get -o wide shows the policy", func(t *testing.T) {
+		out := mustKubectl(t, "-n", ns, "get", "sandboxes", "-o", "wide")
+		if !strings.Contains(strings.ToLower(out), "egress") {
+			t.Errorf("no egress column:\n%s", out)
+		}
+	})
+}
+
+// egressPID finds the sandbox-egress process of a pod on this node (by its POD_UID).
+func egressPID(t *testing.T, podUID string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if !strings.HasPrefix(string(cmdline), "/usr/local/bin/sandbox-egress\x00serve") {
+			continue
+		}
+		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if strings.Contains("\x00"+string(env)+"\x00", "\x00POD_UID="+podUID+"\x00") {
+			return pid
+		}
+	}
+	t.Fatalf("no sandbox-egress process for pod %s", podUID)
+	return 0
+}
