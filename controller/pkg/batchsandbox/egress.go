@@ -47,7 +47,13 @@ func (r *Reconciler) enforceEgress(ctx context.Context, bs *controlv1alpha1.Batc
 	}
 	cond := &metav1.Condition{Type: controlv1alpha1.ConditionEgressReady, ObservedGeneration: bs.Generation}
 	cfg, err := r.Egress.SandboxConfig(ctx, bs, pool)
-	if err != nil {
+	var invalid *egress.InvalidPolicy
+	switch {
+	case errors.As(err, &invalid):
+		// A user's error: a new spec brings a new reconcile.
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, controlv1alpha1.ReasonPolicyFailed, err.Error()
+		return cond, nil
+	case err != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, controlv1alpha1.ReasonPolicyPending, err.Error()
 		return cond, err
 	}
@@ -69,13 +75,9 @@ func (r *Reconciler) enforceEgress(ctx context.Context, bs *controlv1alpha1.Batc
 			err := r.Egress.Ensure(ctx, p, cfg)
 			mu.Lock()
 			defer mu.Unlock()
-			var rejected *egress.Rejected
 			switch {
 			case err == nil:
 				applied++
-			case errors.As(err, &rejected):
-				failed = append(failed, err.Error())
-				retryErr = errors.Join(retryErr, err)
 			default:
 				failed = append(failed, err.Error())
 				retryErr = errors.Join(retryErr, err)

@@ -325,6 +325,10 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 	var egressCfg *egressapi.Config
 	if req != nil && r.Egress != nil {
 		cfg, err := r.Egress.SandboxConfig(ctx, bs, pool)
+		var invalid *egress.InvalidPolicy
+		if errors.As(err, &invalid) {
+			return claimed, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPolicyFailed, Pending: true, Message: err.Error()}, nil
+		}
 		if err != nil {
 			return claimed, nil, err
 		}

@@ -6,6 +6,7 @@ package batchsandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -154,6 +155,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				// The pod enforces the sandbox's current policy from its start: a replaced pod
 				// gets the policy as it is now, not as it was at creation.
 				cfg, err := r.Egress.SandboxConfig(ctx, bs, nil)
+				var invalid *egress.InvalidPolicy
+				if errors.As(err, &invalid) {
+					// No pod without a policy it can enforce; a new spec brings a new reconcile.
+					return result, r.updateStatus(ctx, bs, byReplica, nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPolicyFailed, Message: err.Error()})
+				}
 				if err != nil {
 					return reconcile.Result{}, err
 				}

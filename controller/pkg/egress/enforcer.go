@@ -4,6 +4,7 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
@@ -26,12 +27,27 @@ func (e *Enforcer) SandboxConfig(ctx context.Context, bs *controlv1alpha1.BatchS
 		return egressapi.Config{}, err
 	}
 	policy := bs.Spec.NetworkPolicy
+	from := field.NewPath("spec", "networkPolicy")
 	if policy == nil && pool != nil {
-		policy = pool.Spec.NetworkPolicy
+		policy, from = pool.Spec.NetworkPolicy, field.NewPath("pool", pool.Name, "spec", "networkPolicy")
+	}
+	if policy != nil {
+		// sandbox-apiserver validates a Sandbox's policy; a Pool's or a BatchSandbox's written
+		// directly gets here unchecked but for its schema. An invalid one is not pushed: the
+		// pods keep what they enforce (deny-all for a pool pod), and the sandbox says why.
+		p := ToPolicy(policy)
+		if errs := egressapi.ValidatePolicy(&p, from); len(errs) > 0 {
+			return egressapi.Config{}, &InvalidPolicy{Errs: errs}
+		}
 	}
 	ref := &egressapi.SandboxRef{Namespace: bs.Namespace, Name: bs.Name, UID: string(bs.UID)}
 	return platform.ConfigFor(cluster, "", ref, bs.Generation, policy), nil
 }
+
+// InvalidPolicy: the policy a sandbox would get does not validate.
+type InvalidPolicy struct{ Errs field.ErrorList }
+
+func (e *InvalidPolicy) Error() string { return "invalid network policy: " + e.Errs.ToAggregate().Error() }
 
 // IdleConfig is the Config of a pool pod no sandbox has: everything denied.
 func IdleConfig() egressapi.Config {
