@@ -47,7 +47,9 @@ func (e *Enforcer) SandboxConfig(ctx context.Context, bs *controlv1alpha1.BatchS
 // InvalidPolicy: the policy a sandbox would get does not validate.
 type InvalidPolicy struct{ Errs field.ErrorList }
 
-func (e *InvalidPolicy) Error() string { return "invalid network policy: " + e.Errs.ToAggregate().Error() }
+func (e *InvalidPolicy) Error() string {
+	return "invalid network policy: " + e.Errs.ToAggregate().Error()
+}
 
 // IdleConfig is the Config of a pool pod no sandbox has: everything denied.
 func IdleConfig() egressapi.Config {
