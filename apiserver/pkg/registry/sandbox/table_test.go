@@ -61,20 +61,26 @@ func TestConvertToTableRows(t *testing.T) {
 			},
 			want: map[string]interface{}{
 				"Name": "demo", "Phase": "Running", "Ready": "2/3", "Age": "10d", "Expires": "60m",
-				"Pod": "demo-0", "Node": "node-a", "Image": "python:3.11",
+				"Pod": "demo-0", "Node": "node-a", "Image": "python:3.11", "Egress": "default",
 			},
 		},
 		{
 			name: "new: no phase, no replicas, no timestamp, no pods, no expiry",
 			sbx: &sandboxv1alpha1.Sandbox{
 				ObjectMeta: metav1.ObjectMeta{Name: "new"},
-				Spec: sandboxv1alpha1.SandboxSpec{Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{Name: "main", Image: "alpine"}},
-				}}},
+				Spec: sandboxv1alpha1.SandboxSpec{
+					Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+						Containers: []corev1.Container{{Name: "main", Image: "alpine"}},
+					}},
+					NetworkPolicy: &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Deny", Egress: []sandboxv1alpha1.SandboxEgressRule{
+						{Action: "Allow", To: "pypi.org", Ports: []sandboxv1alpha1.SandboxEgressPort{{Port: 443}}},
+						{Action: "Allow", To: "*.pythonhosted.org"},
+					}},
+				},
 			},
 			want: map[string]interface{}{
 				"Name": "new", "Phase": "Pending", "Ready": "0/1", "Age": "<unknown>", "Expires": "<none>",
-				"Pod": "<none>", "Node": "<none>", "Image": "alpine",
+				"Pod": "<none>", "Node": "<none>", "Image": "alpine", "Egress": "deny, 2 rules",
 			},
 		},
 		{
@@ -221,4 +227,55 @@ func TestConvertToTableWrongType(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestConvertToTableEgress(t *testing.T) {
+	rules := func(n int) []sandboxv1alpha1.SandboxEgressRule {
+		var out []sandboxv1alpha1.SandboxEgressRule
+		for range n {
+			out = append(out, sandboxv1alpha1.SandboxEgressRule{Action: "Allow", To: "pypi.org"})
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		policy *sandboxv1alpha1.SandboxNetworkPolicy
+		want   string
+	}{
+		{name: "no policy of its own", want: "default"},
+		{name: "empty policy denies all", policy: &sandboxv1alpha1.SandboxNetworkPolicy{}, want: "deny-all"},
+		{name: "deny without rules", policy: &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Deny"}, want: "deny-all"},
+		{name: "allow without rules", policy: &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Allow"}, want: "allow-all"},
+		{name: "deny with one rule", policy: &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Deny", Egress: rules(1)}, want: "deny, 1 rule"},
+		{name: "default deny with two rules", policy: &sandboxv1alpha1.SandboxNetworkPolicy{Egress: rules(2)}, want: "deny, 2 rules"},
+		{name: "allow with rules", policy: &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Allow", Egress: rules(12)}, want: "allow, 12 rules"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sbx := &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "sbx"},
+				Spec:       sandboxv1alpha1.SandboxSpec{PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: "python"}, NetworkPolicy: tt.policy},
+			}
+			table, err := tableConvertor{}.ConvertToTable(context.Background(), sbx, nil)
+			if err != nil {
+				t.Fatalf("ConvertToTable() error: %v", err)
+			}
+			if got := cellsByName(t, table.ColumnDefinitions, table.Rows[0])["Egress"]; got != tt.want {
+				t.Errorf("Egress = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestEgressColumnIsWide checks that the Egress column shows with -o wide only.
+func TestEgressColumnIsWide(t *testing.T) {
+	for _, c := range tableColumns {
+		if c.Name == "Egress" {
+			if c.Priority != 1 {
+				t.Errorf("Egress has priority %d, want 1 (wide only)", c.Priority)
+			}
+			return
+		}
+	}
+	t.Error("no Egress column")
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
@@ -19,7 +20,9 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/network"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 )
 
 // ContainerName is the name of the one container of a sandbox made by `create`; the server
@@ -61,7 +64,14 @@ var (
 		With --timeout the sandbox is deleted that long after its creation, unless renewed
 		with 'kubectl sandbox renew'; without it, it lives until deleted. --auto-renew keeps
 		a sandbox with a timeout alive while it is used: every exec (and file or proxy access)
-		moves its expiry to at least that far ahead.`)
+		moves its expiry to at least that far ahead.
+
+		--allow gives the sandbox a network policy of its own that denies all outbound
+		traffic except to the targets given, in the order given (the first rule that matches
+		decides). --deny-all gives it one that denies everything. Without either, the
+		sandbox has no policy of its own: its pool's policy applies, else the platform's
+		default, which denies everything. 'kubectl sandbox network' shows and changes the
+		policy later.`) + "\n\n" + network.TargetSyntax
 
 	createExample = cmdutil.Examples(`
 		# Create a sandbox running python that waits for commands
@@ -86,6 +96,12 @@ var (
 		# if that is later
 		kubectl sandbox create agent --image python:3.13-slim --timeout 30m --auto-renew 10m
 
+		# Create a sandbox that may reach PyPI over HTTPS and nothing else
+		kubectl sandbox create pip --image python:3.13-slim --allow pypi.org:443,'*.pythonhosted.org:443'
+
+		# Create a sandbox from a pool whose outbound traffic is all denied
+		kubectl sandbox create offline --pool python --deny-all
+
 		# Print the sandbox that would be created, without creating it
 		kubectl sandbox create my-sandbox --image busybox --dry-run=client -o yaml`)
 )
@@ -106,6 +122,9 @@ type CreateOptions struct {
 	DryRun       string
 	Timeout      time.Duration
 	AutoRenew    time.Duration
+	// Allow are the --allow targets, DenyAll --deny-all.
+	Allow   []string
+	DenyAll bool
 
 	// replicasSet is whether --replicas was given; without it the server's default applies.
 	replicasSet bool
@@ -117,6 +136,8 @@ type CreateOptions struct {
 	// timeoutSeconds and extendSeconds are the flags' values in seconds, set by Validate.
 	timeoutSeconds *int64
 	extendSeconds  *int64
+	// networkPolicy is spec.networkPolicy from --allow or --deny-all, set by Validate.
+	networkPolicy *sandboxv1alpha1.SandboxNetworkPolicy
 
 	Namespace string
 	Client    clientset.Interface
@@ -138,7 +159,7 @@ func NewCreateOptions(streams genericiooptions.IOStreams) *CreateOptions {
 func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewCreateOptions(streams)
 	cmd := &cobra.Command{
-		Use:                   "create NAME (--image=IMAGE | --pool=POOL) [--env=KEY=VALUE]... [--replicas=N] [--timeout=DURATION [--auto-renew=DURATION]] [-- ENTRYPOINT [ARG...]]",
+		Use:                   "create NAME (--image=IMAGE | --pool=POOL) [--env=KEY=VALUE]... [--replicas=N] [--timeout=DURATION [--auto-renew=DURATION]] [--allow=TARGET[:PORTS]... | --deny-all] [-- ENTRYPOINT [ARG...]]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Create a sandbox",
 		Long:                  createLong,
@@ -163,6 +184,8 @@ func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.
 	cmd.Flags().Int32Var(&o.Replicas, "replicas", o.Replicas, "Number of sandbox pods.")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "Lifetime of the sandbox (like 30m or 2h, at least 60s): it is deleted that long after creation unless renewed. The server may cap it. Default: no expiry.")
 	cmd.Flags().DurationVar(&o.AutoRenew, "auto-renew", o.AutoRenew, "With --timeout: on every exec (and file or proxy access), move the expiry to at least this long ahead (like 10m), so a sandbox in use does not expire.")
+	cmd.Flags().StringArrayVar(&o.Allow, "allow", o.Allow, "Deny all outbound traffic except to this TARGET[:PORTS] (like pypi.org:443 or 10.0.0.0/8:8080-8090/UDP); repeat or separate with commas for more, matched in order.")
+	cmd.Flags().BoolVar(&o.DenyAll, "deny-all", o.DenyAll, "Deny all outbound traffic. Without --allow or --deny-all, the pool's policy or the platform's default applies.")
 	cmd.Flags().StringVar(&o.DryRun, "dry-run", o.DryRun, `Must be "none", "server", or "client". With "client", only print the object that would be sent; with "server", submit it without persisting it.`)
 	return cmd
 }
@@ -272,7 +295,38 @@ func (o *CreateOptions) Validate() error {
 		}
 		o.extendSeconds = &seconds
 	}
+
+	policy, err := NetworkPolicy(o.Allow, o.DenyAll)
+	if err != nil {
+		return err
+	}
+	o.networkPolicy = policy
 	return nil
+}
+
+// NetworkPolicy is the policy of --allow and --deny-all: default Deny, with the --allow targets
+// as Allow rules in order; nil when neither is given.
+func NetworkPolicy(allow []string, denyAll bool) (*sandboxv1alpha1.SandboxNetworkPolicy, error) {
+	switch {
+	case len(allow) > 0 && denyAll:
+		return nil, fmt.Errorf("--allow and --deny-all cannot be used together: --allow denies what its targets do not match already")
+	case denyAll:
+		return &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: network.ActionDeny}, nil
+	case len(allow) == 0:
+		return nil, nil
+	}
+	rules, err := network.ParseRules(allow, network.ActionAllow)
+	if err != nil {
+		return nil, fmt.Errorf("invalid --allow %w", err)
+	}
+	if len(rules) > egressapi.MaxRules {
+		return nil, fmt.Errorf("--allow gives %d targets; at most %d are allowed", len(rules), egressapi.MaxRules)
+	}
+	policy := &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: network.ActionDeny, Egress: rules}
+	if errs := network.ValidatePolicy(policy, field.NewPath("spec", "networkPolicy")); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid --allow: %w", errs.ToAggregate())
+	}
+	return policy, nil
 }
 
 // ParseEnv turns KEY=VALUE flags into environment variables, in order. VALUE may be empty and
@@ -305,6 +359,7 @@ func (o *CreateOptions) Sandbox() *sandboxv1alpha1.Sandbox {
 			Entrypoint:     o.Entrypoint,
 			Env:            o.envVars,
 			TimeoutSeconds: o.timeoutSeconds,
+			NetworkPolicy:  o.networkPolicy,
 		},
 	}
 	if o.Pool != "" {
@@ -339,6 +394,11 @@ func (o *CreateOptions) Run(ctx context.Context) error {
 	opts := metav1.CreateOptions{}
 	if o.DryRun == dryRunServer {
 		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	if sb.Spec.NetworkPolicy != nil {
+		// A server that does not know spec.networkPolicy refuses the sandbox rather than
+		// creating it without the policy asked for.
+		opts.FieldValidation = metav1.FieldValidationStrict
 	}
 	created, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Create(ctx, sb, opts)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/network"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -37,9 +38,10 @@ var (
 		Display one or many sandboxes.
 
 		Prints a table of the sandboxes' phase, ready replicas, pool, time until expiry and
-		age, the columns 'kubectl get sandboxes' shows; -o wide adds the image and the pod
-		and node of the first replica. Use -o json, -o yaml or -o name for other formats,
-		and -l to filter by label.`)
+		age, the columns 'kubectl get sandboxes' shows; -o wide adds the image, the pod and
+		node of the first replica, and a summary of the outbound network policy (see
+		'kubectl sandbox network'). Use -o json, -o yaml or -o name for other formats, and
+		-l to filter by label.`)
 
 	getExample = cmdutil.Examples(`
 		# List the sandboxes of the current namespace
@@ -280,7 +282,7 @@ func (o *GetOptions) printNoneFound(w io.Writer) {
 
 // Table is the table of sandboxes kubectl would print, with the columns of the server's table
 // (what 'kubectl get sandboxes' shows): NAME, PHASE, READY, POOL, EXPIRES and AGE, plus IMAGE,
-// POD and NODE in wide output.
+// POD, NODE and EGRESS in wide output.
 func Table(items []sandboxv1alpha1.Sandbox, now time.Time) *metav1.Table {
 	table := &metav1.Table{
 		ColumnDefinitions: []metav1.TableColumnDefinition{
@@ -293,6 +295,7 @@ func Table(items []sandboxv1alpha1.Sandbox, now time.Time) *metav1.Table {
 			{Name: "Image", Type: "string", Priority: 1, Description: "Image of the sandbox container."},
 			{Name: "Pod", Type: "string", Priority: 1, Description: "Pod of the first replica."},
 			{Name: "Node", Type: "string", Priority: 1, Description: "Node of the first replica."},
+			{Name: "Egress", Type: "string", Priority: 1, Description: "Outbound network policy: default (none of the sandbox's own), deny-all, allow-all, or the default action and the number of rules, like \"deny, 2 rules\"."},
 		},
 	}
 	for i := range items {
@@ -301,7 +304,7 @@ func Table(items []sandboxv1alpha1.Sandbox, now time.Time) *metav1.Table {
 		table.Rows = append(table.Rows, metav1.TableRow{
 			Cells: []any{
 				sb.Name, phase(sb), ready(sb), pool(sb), expires(sb, now), age(sb.CreationTimestamp, now),
-				image(sb), pod, node,
+				image(sb), pod, node, network.Summary(sb.Spec.NetworkPolicy),
 			},
 			Object: runtime.RawExtension{Object: sb},
 		})

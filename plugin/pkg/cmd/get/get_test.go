@@ -27,7 +27,10 @@ func testSandboxes() []*sandboxv1alpha1.Sandbox {
 		{
 			ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: cmdtesting.Namespace, Labels: map[string]string{"team": "ml"},
 				CreationTimestamp: metav1.NewTime(now.Add(-5 * time.Minute))},
-			Spec: sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](2), Template: template("python:3.13-slim"), TimeoutSeconds: ptr.To[int64](1800)},
+			Spec: sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](2), Template: template("python:3.13-slim"), TimeoutSeconds: ptr.To[int64](1800),
+				NetworkPolicy: &sandboxv1alpha1.SandboxNetworkPolicy{Egress: []sandboxv1alpha1.SandboxEgressRule{
+					{Action: "Allow", To: "pypi.org"}, {Action: "Allow", To: "*.pythonhosted.org"},
+				}}},
 			Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, Replicas: 2, Ready: 2,
 				ExpiresAt: ptr.To(metav1.NewTime(now.Add(25 * time.Minute))),
 				Pods: []sandboxv1alpha1.SandboxPodStatus{
@@ -80,12 +83,12 @@ func TestGet(t *testing.T) {
 				"beta    Expired   0/1     <none>   expired   3h\n",
 		},
 		{
-			name: "wide adds image, pod and node",
+			name: "wide adds image, pod, node and egress",
 			args: []string{"-o", "wide"},
 			wantOut: "" +
-				"NAME    PHASE     READY   POOL     EXPIRES   AGE   IMAGE              POD       NODE\n" +
-				"alpha   Running   2/2     <none>   25m       5m    python:3.13-slim   alpha-a   node-1\n" +
-				"beta    Expired   0/1     <none>   expired   3h    busybox            beta-a    <none>\n",
+				"NAME    PHASE     READY   POOL     EXPIRES   AGE   IMAGE              POD       NODE     EGRESS\n" +
+				"alpha   Running   2/2     <none>   25m       5m    python:3.13-slim   alpha-a   node-1   deny, 2 rules\n" +
+				"beta    Expired   0/1     <none>   expired   3h    busybox            beta-a    <none>   default\n",
 		},
 		{
 			name: "all namespaces",
@@ -193,13 +196,14 @@ func TestTableCells(t *testing.T) {
 	tests := []struct {
 		name string
 		sb   sandboxv1alpha1.Sandbox
-		// want are the cells after NAME: PHASE, READY, POOL, EXPIRES, AGE, IMAGE, POD, NODE.
+		// want are the cells after NAME: PHASE, READY, POOL, EXPIRES, AGE, IMAGE, POD, NODE,
+		// EGRESS.
 		want []any
 	}{
 		{
 			name: "new: no status yet",
 			sb:   sandboxv1alpha1.Sandbox{},
-			want: []any{"Pending", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>"},
+			want: []any{"Pending", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>", "default"},
 		},
 		{
 			name: "expires in days",
@@ -207,21 +211,21 @@ func TestTableCells(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-90 * time.Second))},
 				Status:     sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhasePending, ExpiresAt: ptr.To(metav1.NewTime(now.Add(50 * time.Hour)))},
 			},
-			want: []any{"Pending", "0/1", "<none>", "2d2h", "90s", "<none>", "<none>", "<none>"},
+			want: []any{"Pending", "0/1", "<none>", "2d2h", "90s", "<none>", "<none>", "<none>", "default"},
 		},
 		{
 			name: "expires in seconds",
 			sb: sandboxv1alpha1.Sandbox{
 				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, ExpiresAt: ptr.To(metav1.NewTime(now.Add(42 * time.Second)))},
 			},
-			want: []any{"Running", "0/1", "<none>", "42s", "<unknown>", "<none>", "<none>", "<none>"},
+			want: []any{"Running", "0/1", "<none>", "42s", "<unknown>", "<none>", "<none>", "<none>", "default"},
 		},
 		{
 			name: "expiring now is expired",
 			sb: sandboxv1alpha1.Sandbox{
 				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, ExpiresAt: ptr.To(metav1.NewTime(now))},
 			},
-			want: []any{"Running", "0/1", "<none>", "expired", "<unknown>", "<none>", "<none>", "<none>"},
+			want: []any{"Running", "0/1", "<none>", "expired", "<unknown>", "<none>", "<none>", "<none>", "default"},
 		},
 		{
 			name: "deleted by a user is terminating",
@@ -229,7 +233,7 @@ func TestTableCells(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleted},
 				Status:     sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning},
 			},
-			want: []any{"Terminating", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>"},
+			want: []any{"Terminating", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>", "default"},
 		},
 		{
 			name: "deleted because expired stays expired",
@@ -237,7 +241,7 @@ func TestTableCells(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleted},
 				Status:     sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseExpired, ExpiresAt: ptr.To(metav1.NewTime(now.Add(-time.Minute)))},
 			},
-			want: []any{"Expired", "0/1", "<none>", "expired", "<unknown>", "<none>", "<none>", "<none>"},
+			want: []any{"Expired", "0/1", "<none>", "expired", "<unknown>", "<none>", "<none>", "<none>", "default"},
 		},
 		{
 			name: "pod not scheduled yet",
@@ -247,7 +251,7 @@ func TestTableCells(t *testing.T) {
 					{Replica: 2, Name: "p-2", NodeName: "n2"}, {Replica: 0, Name: "p-0"},
 				}},
 			},
-			want: []any{"Pending", "1/3", "<none>", "<none>", "<unknown>", "busybox", "p-0", "<none>"},
+			want: []any{"Pending", "1/3", "<none>", "<none>", "<unknown>", "busybox", "p-0", "<none>", "default"},
 		},
 		{
 			name: "from a pool: its name, and no image of its own",
@@ -257,7 +261,19 @@ func TestTableCells(t *testing.T) {
 					{Replica: 0, Name: "python-x7k2q", NodeName: "node1", Ready: true},
 				}},
 			},
-			want: []any{"Running", "1/1", "python", "<none>", "<unknown>", "<none>", "python-x7k2q", "node1"},
+			want: []any{"Running", "1/1", "python", "<none>", "<unknown>", "<none>", "python-x7k2q", "node1", "default"},
+		},
+		{
+			name: "deny-all",
+			sb:   sandboxv1alpha1.Sandbox{Spec: sandboxv1alpha1.SandboxSpec{NetworkPolicy: &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Deny"}}},
+			want: []any{"Pending", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>", "deny-all"},
+		},
+		{
+			name: "allow with one rule",
+			sb: sandboxv1alpha1.Sandbox{Spec: sandboxv1alpha1.SandboxSpec{NetworkPolicy: &sandboxv1alpha1.SandboxNetworkPolicy{
+				DefaultAction: "Allow", Egress: []sandboxv1alpha1.SandboxEgressRule{{Action: "Deny", To: "10.0.0.0/8"}},
+			}}},
+			want: []any{"Pending", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>", "allow, 1 rule"},
 		},
 		{
 			name: "waiting for a pool",
@@ -265,14 +281,14 @@ func TestTableCells(t *testing.T) {
 				Spec:   sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](2), PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: "small"}},
 				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhasePending},
 			},
-			want: []any{"Pending", "0/2", "small", "<none>", "<unknown>", "<none>", "<none>", "<none>"},
+			want: []any{"Pending", "0/2", "small", "<none>", "<unknown>", "<none>", "<none>", "<none>", "default"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			table := Table([]sandboxv1alpha1.Sandbox{tt.sb}, now)
-			if len(table.ColumnDefinitions) != 9 {
-				t.Fatalf("%d columns, want 9", len(table.ColumnDefinitions))
+			if len(table.ColumnDefinitions) != 10 {
+				t.Fatalf("%d columns, want 10", len(table.ColumnDefinitions))
 			}
 			if diff := cmp.Diff(tt.want, table.Rows[0].Cells[1:]); diff != "" {
 				t.Errorf("cells (-want +got):\n%s", diff)

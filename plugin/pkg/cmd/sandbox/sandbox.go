@@ -1,5 +1,5 @@
 // Package sandbox is the root of kubectl-sandbox, the kubectl plugin for sandboxes of
-// sandbox.kube-sandbox.io: `kubectl sandbox create|get|list|exec|cp|ls|port-forward|wait|renew|delete`.
+// sandbox.kube-sandbox.io: `kubectl sandbox create|get|list|exec|cp|ls|port-forward|wait|renew|network|delete`.
 package sandbox
 
 import (
@@ -20,6 +20,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/exec"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/get"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/ls"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/network"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/portforward"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/renew"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
@@ -31,7 +32,8 @@ const displayName = "kubectl sandbox"
 
 var (
 	sandboxLong = cmdutil.LongDesc(`
-		Create, inspect, run commands in, copy files to and from, renew and delete sandboxes.
+		Create, inspect, run commands in, copy files to and from, renew and delete sandboxes,
+		and control what they may reach over the network.
 
 		A sandbox (sandboxes.sandbox.kube-sandbox.io) is an isolated, short-lived environment of
 		one or more pods that accept commands through the Kubernetes API. These commands use
@@ -53,6 +55,11 @@ var (
 		# Create a sandbox that expires in an hour, and later keep it for another hour
 		kubectl sandbox create scratch --image busybox --timeout 1h
 		kubectl sandbox renew scratch --for 1h
+
+		# Create a sandbox that may only reach PyPI, later let it reach GitHub too
+		kubectl sandbox create pip --image python:3.13-slim --allow pypi.org:443,'*.pythonhosted.org:443'
+		kubectl sandbox network allow pip github.com:443 --wait
+		kubectl sandbox network pip
 
 		# List sandboxes in namespace agents
 		kubectl sandbox list -n agents`)
@@ -108,6 +115,7 @@ func NewCmdSandboxWithFactory(f cmdutil.Factory, streams genericiooptions.IOStre
 		portforward.NewCmdPortForward(f, streams),
 		wait.NewCmdWait(f, streams),
 		renew.NewCmdRenew(f, streams),
+		network.NewCmdNetwork(f, streams),
 		delete.NewCmdDelete(f, streams),
 		newCmdOptions(streams),
 	)

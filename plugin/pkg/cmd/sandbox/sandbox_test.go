@@ -78,7 +78,7 @@ func TestExitCode(t *testing.T) {
 func TestHelp(t *testing.T) {
 	streams, _, _, _ := genericiooptions.NewTestIOStreams()
 	root := NewCmdSandbox(streams)
-	for _, name := range []string{"create", "exec", "cp", "ls", "port-forward", "get", "list", "wait", "renew", "delete"} {
+	for _, name := range []string{"create", "exec", "cp", "ls", "port-forward", "get", "list", "wait", "renew", "network", "delete"} {
 		t.Run(name, func(t *testing.T) {
 			var sub *cobra.Command
 			for _, c := range root.Commands() {

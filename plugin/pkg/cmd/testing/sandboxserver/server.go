@@ -1,7 +1,9 @@
-// Package sandboxserver is a stand-in for the sandbox API server in tests of the files and
-// proxy subresources: the files subresource is served by execd's own handler over a temporary
-// directory, its answers typed as the real server types them, and the proxy subresource echoes
-// HTTP requests and upgraded connections.
+// Package sandboxserver is a stand-in for the sandbox API server in tests: the files
+// subresource is served by execd's own handler over a temporary directory, its answers typed as
+// the real server types them, and the proxy subresource echoes HTTP requests and upgraded
+// connections. The sandboxes themselves are kept in memory (see objects.go) and served as the
+// API server does: get, list and watch, create, JSON merge patch and update, with
+// resourceVersions, generations and conflicts.
 package sandboxserver
 
 import (
@@ -20,6 +22,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
@@ -42,6 +45,9 @@ type Request struct {
 	Path     string
 	RawQuery string
 	Header   http.Header
+	// Body is the body of a request for a sandbox or the collection; subresources' bodies
+	// are not kept.
+	Body []byte
 }
 
 // Echo is the proxy subresource's reply to a plain HTTP request.
@@ -58,14 +64,25 @@ type Server struct {
 	*httptest.Server
 	// Root is the files root of every sandbox it knows.
 	Root string
-	// Namespace and Sandboxes are the sandboxes it knows; others are not found.
+	// Namespace is the namespace of the sandboxes it knows; others are not found. Sandboxes
+	// are the names New was given.
 	Namespace string
 	Sandboxes []string
+
+	// Hooks for tests, called without the server's lock, so they may call its methods.
+	// BeforeWrite runs before a PATCH or PUT of the named sandbox is applied: changing the
+	// sandbox in it makes the write conflict, as another writer's would.
+	BeforeWrite func(name string)
+	// AfterWrite runs after a request created or changed a sandbox, with what was stored.
+	AfterWrite func(sb *sandboxv1alpha1.Sandbox)
+	// WatchStarted runs when a watch has sent its initial events.
+	WatchStarted func()
 
 	execd *execd.Handler
 
 	mu       sync.Mutex
 	requests []Request
+	store
 }
 
 // New starts a Server knowing the sandboxes of namespace, closed when the test ends.
@@ -87,9 +104,14 @@ func New(t testing.TB, namespace string, sandboxes ...string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Root: root, Namespace: namespace, Sandboxes: sandboxes, execd: h}
+	s := &Server{Root: root, Namespace: namespace, Sandboxes: sandboxes, execd: h, store: newStore()}
+	for _, name := range sandboxes {
+		s.Add(&sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
 	s.Server = httptest.NewServer(s)
 	t.Cleanup(func() {
+		// Ends the watches, which would hold Close up.
+		close(s.done)
 		s.CloseClientConnections()
 		s.Close()
 		_ = h.Close()
@@ -108,26 +130,44 @@ func (s *Server) Requests() []Request {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r := Request{Method: req.Method, Path: req.URL.EscapedPath(), RawQuery: req.URL.RawQuery, Header: req.Header.Clone()}
+	rest, ok := strings.CutPrefix(req.URL.Path, Prefix+s.Namespace+"/sandboxes")
+	name, sub := "", ""
+	if ok && rest != "" {
+		name, rest, _ = strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		sub, rest, _ = strings.Cut(rest, "/")
+	}
+	if ok && sub == "" {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			writeStatus(w, apierrors.NewBadRequest(err.Error()))
+			return
+		}
+		r.Body = body
+	}
 	s.mu.Lock()
-	s.requests = append(s.requests, Request{Method: req.Method, Path: req.URL.EscapedPath(), RawQuery: req.URL.RawQuery, Header: req.Header.Clone()})
+	s.requests = append(s.requests, r)
 	s.mu.Unlock()
 
 	if req.Header.Get("Authorization") != "Bearer "+UserToken {
 		writeStatus(w, apierrors.NewUnauthorized("Unauthorized"))
 		return
 	}
-	rest, ok := strings.CutPrefix(req.URL.Path, Prefix+s.Namespace+"/sandboxes/")
 	if !ok {
 		writeStatus(w, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes"), ""))
 		return
 	}
-	name, rest, _ := strings.Cut(rest, "/")
+	if name == "" {
+		s.serveCollection(w, req, r.Body)
+		return
+	}
 	if !s.known(name) {
 		writeStatus(w, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes"), name))
 		return
 	}
-	sub, rest, _ := strings.Cut(rest, "/")
 	switch sub {
+	case "":
+		s.serveSandbox(w, req, name, r.Body)
 	case "files":
 		// As the real server: on to execd as sandbox-apiserver (whose certificate the TLS
 		// layer would have verified), for the sandbox, with the path after files/; its
@@ -158,12 +198,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 func (s *Server) known(name string) bool {
-	for _, n := range s.Sandboxes {
-		if n == name {
-			return true
-		}
-	}
-	return false
+	return s.Sandbox(name) != nil
 }
 
 // proxy echoes a plain request as JSON, and an upgrade request by switching protocols and

@@ -1,0 +1,565 @@
+package network
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/yaml"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
+	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+)
+
+// defaultWaitTimeout is how long --wait waits by default. A change is in force within a second
+// in running pods; pods that are still starting take longer.
+const defaultWaitTimeout = 60 * time.Second
+
+const waitHelp = `With --wait, the command returns once every pod of the sandbox enforces the change
+(EgressReady True for the new generation), and fails at once if a pod refused it;
+--timeout bounds the wait (zero checks once, negative waits without limit).`
+
+var (
+	setLong = cmdutil.LongDesc(`
+		Replace the network policy of a sandbox with the one in a file, or set its default
+		action.
+
+		The file (YAML or JSON; - for standard input) holds the policy itself, as
+		'kubectl sandbox network show NAME -o yaml' prints it: defaultAction (Allow or Deny,
+		Deny when absent) and egress, the rules, each with action (Allow or Deny), to, and
+		optionally ports (port, endPort, protocol TCP or UDP). It is checked before it is
+		sent. --default-action changes only what no rule matches, keeping the rules.`) + "\n\n" + waitHelp
+
+	setExample = cmdutil.Examples(`
+		# Replace the policy of sandbox my-sandbox with the one in policy.yaml
+		kubectl sandbox network set my-sandbox -f policy.yaml
+
+		# Allow what no rule denies
+		kubectl sandbox network set my-sandbox --default-action Allow
+
+		# Set a policy from standard input and wait until the pods enforce it
+		cat <<EOF | kubectl sandbox network set my-sandbox -f - --wait
+		defaultAction: Deny
+		egress:
+		- action: Allow
+		  to: pypi.org
+		  ports:
+		  - port: 443
+		EOF`)
+
+	allowLong = cmdutil.LongDesc(`
+		Add rules that allow TARGET: at the end of the rules, or before them with --first.
+		The first rule that matches decides, so an earlier Deny rule for the same target
+		wins; the command warns about that, and about rules the policy has already, which it
+		does not add again.
+
+		A sandbox without a policy of its own gets one: default Deny and the new rules. It
+		replaces the pool's or the platform's policy.`) + "\n\n" + TargetSyntax + "\n\n" + waitHelp
+
+	allowExample = cmdutil.Examples(`
+		# Let sandbox my-sandbox install from PyPI
+		kubectl sandbox network allow my-sandbox pypi.org:443 '*.pythonhosted.org:443'
+
+		# Allow a network on TCP ports 8080 to 8090, and an IPv6 host on port 443
+		kubectl sandbox network allow my-sandbox 10.20.0.0/16:8080-8090 '[2001:db8::1]:443'
+
+		# Allow an exception before a Deny rule, and wait until it is in force
+		kubectl sandbox network allow my-sandbox --first api.internal.example.com:443 --wait`)
+
+	denyLong = cmdutil.LongDesc(`
+		Add rules that deny TARGET: at the end of the rules, or before them with --first.
+		Rules at the end only matter when the default action is Allow; to carve an
+		exception out of an Allow rule (such as one for *.example.com), add the Deny rule
+		with --first.`) + "\n\n" + TargetSyntax + "\n\n" + waitHelp
+
+	denyExample = cmdutil.Examples(`
+		# Allow everything except one network: set the default, then deny the network
+		kubectl sandbox network set my-sandbox --default-action Allow
+		kubectl sandbox network deny my-sandbox 192.168.0.0/16
+
+		# Deny one host that a wildcard rule allows
+		kubectl sandbox network deny my-sandbox --first secrets.example.com`)
+
+	removeLong = cmdutil.LongDesc(`
+		Remove rules from the network policy of a sandbox. RULE is a rule's number, as
+		'kubectl sandbox network NAME' shows it, or a TARGET: without ports it removes every
+		rule for that target, with ports only the rules with exactly those ports, whether
+		they allow or deny. A RULE that matches nothing is an error, and nothing is removed.`) + "\n\n" + waitHelp
+
+	removeExample = cmdutil.Examples(`
+		# Remove every rule for pypi.org
+		kubectl sandbox network remove my-sandbox pypi.org
+
+		# Remove the rule for pypi.org port 443 only, and rule 3
+		kubectl sandbox network remove my-sandbox pypi.org:443 3`)
+
+	denyAllLong = cmdutil.LongDesc(`
+		Deny all outbound traffic of a sandbox: remove every rule and set the default action
+		to Deny. Unlike 'reset', the sandbox keeps a policy of its own, so its pool's policy
+		no longer applies.`) + "\n\n" + waitHelp
+
+	denyAllExample = cmdutil.Examples(`
+		# Cut sandbox my-sandbox off, and wait until its pods enforce it
+		kubectl sandbox network deny-all my-sandbox --wait`)
+
+	resetLong = cmdutil.LongDesc(`
+		Remove the network policy of a sandbox's own (spec.networkPolicy): its pool's policy
+		applies again, or for a sandbox made from an image, the platform's default, which
+		denies everything.`) + "\n\n" + waitHelp
+
+	resetExample = cmdutil.Examples(`
+		# Let sandbox my-sandbox follow its pool's policy again
+		kubectl sandbox network reset my-sandbox`)
+)
+
+// UpdateOptions are what the subcommands that change a policy share: the sandbox, the change,
+// and --wait.
+type UpdateOptions struct {
+	Name    string
+	Wait    bool
+	Timeout time.Duration
+	// Edit computes the new policy from the one read.
+	Edit Edit
+
+	Namespace string
+	Client    clientset.Interface
+
+	genericiooptions.IOStreams
+}
+
+// NewUpdateOptions returns UpdateOptions with the default --timeout.
+func NewUpdateOptions(streams genericiooptions.IOStreams) *UpdateOptions {
+	return &UpdateOptions{Timeout: defaultWaitTimeout, IOStreams: streams}
+}
+
+func (o *UpdateOptions) addFlags(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&o.Wait, "wait", o.Wait, "Wait until every pod of the sandbox enforces the new policy (EgressReady True for its generation).")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "With --wait: how long to wait (like 30s or 5m). Zero checks once; negative waits without limit.")
+}
+
+// Complete takes the sandbox name (the first argument), the namespace and the client.
+func (o *UpdateOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmdutil.UsageErrorf(cmd, "sandbox NAME is required")
+	}
+	o.Name = args[0]
+	var err error
+	if o.Namespace, _, err = f.Namespace(); err != nil {
+		return err
+	}
+	o.Client, err = f.SandboxClient()
+	return err
+}
+
+// newUpdateCommand returns a subcommand that changes a policy: complete reads the arguments after
+// NAME (and the subcommand's flags) and sets o.Edit.
+func newUpdateCommand(f cmdutil.Factory, o *UpdateOptions, cmd *cobra.Command, complete func(cmd *cobra.Command, args []string) error) *cobra.Command {
+	cmd.DisableFlagsInUseLine = true
+	cmd.ValidArgsFunction = cmdutil.SandboxNameCompletion(f, true)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := o.Complete(f, cmd, args); err != nil {
+			return err
+		}
+		if err := complete(cmd, args[1:]); err != nil {
+			return err
+		}
+		return o.Run(cmd.Context())
+	}
+	o.addFlags(cmd)
+	return cmd
+}
+
+// NewCmdAllow returns `network allow`.
+func NewCmdAllow(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	return newCmdAdd(f, NewUpdateOptions(streams), ActionAllow, &cobra.Command{
+		Use:     "allow NAME TARGET[:PORTS]... [--first] [--wait [--timeout=DURATION]]",
+		Short:   "Add rules that allow destinations to a sandbox's network policy",
+		Long:    allowLong,
+		Example: allowExample,
+	})
+}
+
+// NewCmdDeny returns `network deny`.
+func NewCmdDeny(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	return newCmdAdd(f, NewUpdateOptions(streams), ActionDeny, &cobra.Command{
+		Use:     "deny NAME TARGET[:PORTS]... [--first] [--wait [--timeout=DURATION]]",
+		Short:   "Add rules that deny destinations to a sandbox's network policy",
+		Long:    denyLong,
+		Example: denyExample,
+	})
+}
+
+func newCmdAdd(f cmdutil.Factory, o *UpdateOptions, action string, cmd *cobra.Command) *cobra.Command {
+	var first bool
+	cmd = newUpdateCommand(f, o, cmd, func(cmd *cobra.Command, targets []string) error {
+		if len(targets) == 0 {
+			return cmdutil.UsageErrorf(cmd, "at least one TARGET is required after NAME")
+		}
+		rules, err := ParseRules(targets, action)
+		if err != nil {
+			return cmdutil.UsageErrorf(cmd, "invalid target %s", err)
+		}
+		o.Edit = AddRules(rules, first)
+		return nil
+	})
+	cmd.Flags().BoolVar(&first, "first", false, "Put the new rules before the others, so that they match first.")
+	return cmd
+}
+
+// NewCmdRemove returns `network remove`.
+func NewCmdRemove(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewUpdateOptions(streams)
+	return newUpdateCommand(f, o, &cobra.Command{
+		Use:     "remove NAME RULE... [--wait [--timeout=DURATION]]",
+		Short:   "Remove rules from a sandbox's network policy",
+		Long:    removeLong,
+		Example: removeExample,
+	}, func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmdutil.UsageErrorf(cmd, "at least one RULE (a rule number or a TARGET) is required after NAME")
+		}
+		selectors, err := ParseSelectors(args)
+		if err != nil {
+			return cmdutil.UsageErrorf(cmd, "invalid rule %s", err)
+		}
+		o.Edit = RemoveRules(selectors)
+		return nil
+	})
+}
+
+// NewCmdDenyAll returns `network deny-all`.
+func NewCmdDenyAll(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewUpdateOptions(streams)
+	return newUpdateCommand(f, o, &cobra.Command{
+		Use:     "deny-all NAME [--wait [--timeout=DURATION]]",
+		Short:   "Deny all outbound traffic of a sandbox",
+		Long:    denyAllLong,
+		Example: denyAllExample,
+	}, func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return cmdutil.UsageErrorf(cmd, "deny-all takes one NAME, got %q", append([]string{o.Name}, args...))
+		}
+		o.Edit = DenyAll()
+		return nil
+	})
+}
+
+// NewCmdReset returns `network reset`.
+func NewCmdReset(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewUpdateOptions(streams)
+	return newUpdateCommand(f, o, &cobra.Command{
+		Use:     "reset NAME [--wait [--timeout=DURATION]]",
+		Short:   "Remove a sandbox's own network policy, so that its pool's or the platform's applies",
+		Long:    resetLong,
+		Example: resetExample,
+	}, func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return cmdutil.UsageErrorf(cmd, "reset takes one NAME, got %q", append([]string{o.Name}, args...))
+		}
+		o.Edit = Reset()
+		return nil
+	})
+}
+
+// SetOptions are the inputs of `network set`.
+type SetOptions struct {
+	*UpdateOptions
+	Filename      string
+	DefaultAction string
+}
+
+// NewCmdSet returns `network set`.
+func NewCmdSet(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &SetOptions{UpdateOptions: NewUpdateOptions(streams)}
+	cmd := newUpdateCommand(f, o.UpdateOptions, &cobra.Command{
+		Use:     "set NAME (-f FILE | --default-action=Allow|Deny) [--wait [--timeout=DURATION]]",
+		Short:   "Replace a sandbox's network policy, or set its default action",
+		Long:    setLong,
+		Example: setExample,
+	}, func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return cmdutil.UsageErrorf(cmd, "set takes one NAME, got %q; give the policy with -f or --default-action", append([]string{o.Name}, args...))
+		}
+		return o.Validate(cmd)
+	})
+	cmd.Flags().StringVarP(&o.Filename, "filename", "f", o.Filename, "File holding the policy, in YAML or JSON; - for standard input.")
+	cmd.Flags().StringVar(&o.DefaultAction, "default-action", o.DefaultAction, "What no rule matches: Allow or Deny. Keeps the rules.")
+	_ = cmd.RegisterFlagCompletionFunc("default-action", cobra.FixedCompletions([]string{ActionAllow, ActionDeny}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// Validate reads and checks the policy, or the default action, before anything is sent.
+func (o *SetOptions) Validate(cmd *cobra.Command) error {
+	switch {
+	case o.Filename != "" && o.DefaultAction != "":
+		return cmdutil.UsageErrorf(cmd, "-f and --default-action cannot be used together: a file sets the default action too")
+	case o.DefaultAction != "":
+		action, err := ParseDefaultAction(o.DefaultAction)
+		if err != nil {
+			return cmdutil.UsageErrorf(cmd, "invalid --default-action %q: %s", o.DefaultAction, err)
+		}
+		o.Edit = SetDefaultAction(action)
+		return nil
+	case o.Filename == "":
+		return cmdutil.UsageErrorf(cmd, "one of -f and --default-action is required")
+	}
+	p, err := o.readPolicy()
+	if err != nil {
+		return err
+	}
+	o.Edit = SetPolicy(p)
+	return nil
+}
+
+// readPolicy reads and validates the policy in -f.
+func (o *SetOptions) readPolicy() (*sandboxv1alpha1.SandboxNetworkPolicy, error) {
+	name := o.Filename
+	var data []byte
+	var err error
+	if o.Filename == "-" {
+		name = "standard input"
+		data, err = io.ReadAll(o.In)
+	} else {
+		data, err = os.ReadFile(o.Filename)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the policy: %w", err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("invalid policy in %s: %w", name, err)
+	}
+	if doc == nil {
+		return nil, fmt.Errorf("%s holds no policy; to remove the sandbox's own policy, use 'kubectl sandbox network reset %s'", name, o.Name)
+	}
+	p := &sandboxv1alpha1.SandboxNetworkPolicy{}
+	if err := yaml.UnmarshalStrict(data, p); err != nil {
+		return nil, fmt.Errorf("invalid policy in %s: %w (the file holds the policy itself, with defaultAction and egress, as 'kubectl sandbox network show NAME -o yaml' prints it)", name, err)
+	}
+	if err := checkRuleCount(p); err != nil {
+		return nil, fmt.Errorf("invalid policy in %s: %w", name, err)
+	}
+	if errs := ValidatePolicy(p, nil); len(errs) > 0 {
+		msgs := make([]string, 0, len(errs))
+		for _, e := range errs {
+			msgs = append(msgs, e.Error())
+		}
+		return nil, fmt.Errorf("invalid policy in %s: %s", name, strings.Join(msgs, "; "))
+	}
+	return p, nil
+}
+
+// Run reads the sandbox, applies the edit and sends the new policy as a JSON merge patch that
+// names the resourceVersion read, so that it fails with a conflict if the sandbox changed in
+// between; then the edit runs again on the sandbox read anew. With --wait it waits until the
+// pods enforce the result.
+func (o *UpdateOptions) Run(ctx context.Context) error {
+	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
+	var (
+		result   *sandboxv1alpha1.Sandbox
+		changed  bool
+		warnings []string
+	)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sb, err := sandboxes.Get(ctx, o.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		old := sb.Spec.NetworkPolicy
+		p, w, err := o.Edit(old)
+		if err != nil {
+			return fmt.Errorf("sandbox %q: %w", o.Name, err)
+		}
+		warnings = w
+		if apiequality.Semantic.DeepEqual(old, p) {
+			result, changed = sb, false
+			return nil
+		}
+		if err := checkRuleCount(p); err != nil {
+			return fmt.Errorf("sandbox %q: %w", o.Name, err)
+		}
+		if errs := ValidatePolicy(p, field.NewPath("spec", "networkPolicy")); len(errs) > 0 {
+			return fmt.Errorf("sandbox %q: the new policy is invalid: %w", o.Name, errs.ToAggregate())
+		}
+		patch, err := policyPatch(sb.ResourceVersion, p)
+		if err != nil {
+			return err
+		}
+		updated, err := sandboxes.Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldValidation: metav1.FieldValidationStrict})
+		if err != nil {
+			return err
+		}
+		if !apiequality.Semantic.DeepEqual(updated.Spec.NetworkPolicy, p) {
+			return fmt.Errorf("the server did not store the network policy of sandbox %q as sent: it may not support changing spec.networkPolicy", o.Name)
+		}
+		result, changed = updated, true
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(o.ErrOut, "Warning: %s\n", w)
+	}
+	verb := "unchanged"
+	if changed {
+		verb = "updated"
+	}
+	fmt.Fprintf(o.Out, "%s/%s network policy %s (%s)\n", cmdutil.SandboxKind, o.Name, verb, Summary(result.Spec.NetworkPolicy))
+	if !o.Wait {
+		return nil
+	}
+	sb, err := o.waitInForce(ctx, result)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "%s/%s network policy in force (generation %d)\n", cmdutil.SandboxKind, o.Name, observedGeneration(sb, meta.FindStatusCondition(sb.Status.Conditions, ConditionEgressReady)))
+	return nil
+}
+
+// policyPatch is a JSON merge patch that replaces spec.networkPolicy with p (removes it when
+// nil), conditional on resourceVersion. A merge patch merges objects field by field, so the
+// policy's fields that p leaves out are set to null rather than left out; its lists are
+// replaced whole.
+func policyPatch(resourceVersion string, p *sandboxv1alpha1.SandboxNetworkPolicy) ([]byte, error) {
+	var policy any
+	if p != nil {
+		fields := map[string]any{"defaultAction": nil, "egress": nil}
+		if p.DefaultAction != "" {
+			fields["defaultAction"] = p.DefaultAction
+		}
+		if len(p.Egress) > 0 {
+			fields["egress"] = p.Egress
+		}
+		policy = fields
+	}
+	return json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": resourceVersion},
+		"spec":     map[string]any{"networkPolicy": policy},
+	})
+}
+
+// waitInForce waits until EgressReady is True for sb's generation or later, watching the
+// sandbox from a list of it (client-go's UntilWithSync). It fails at once when the policy
+// failed to apply or the sandbox is deleted.
+func (o *UpdateOptions) waitInForce(ctx context.Context, sb *sandboxv1alpha1.Sandbox) (*sandboxv1alpha1.Sandbox, error) {
+	generation := sb.Generation
+	last := sb
+	inForce := func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
+		last = sb
+		c := meta.FindStatusCondition(sb.Status.Conditions, ConditionEgressReady)
+		if c == nil || observedGeneration(sb, c) < generation {
+			return false, nil
+		}
+		switch {
+		case c.Status == metav1.ConditionTrue:
+			return true, nil
+		case c.Status == metav1.ConditionFalse && c.Reason == reasonPolicyFailed:
+			return false, fmt.Errorf("the network policy of sandbox %q failed to apply%s", o.Name, conditionReason(c))
+		}
+		return false, nil
+	}
+	if o.Timeout == 0 {
+		if done, err := inForce(sb); done || err != nil {
+			return sb, err
+		}
+		return nil, fmt.Errorf("the network policy of sandbox %q (generation %d) is not in force yet%s", o.Name, generation, notInForceReason(last, generation))
+	}
+
+	waitCtx, cancel := watchtools.ContextWithOptionalTimeout(ctx, max(o.Timeout, 0))
+	defer cancel()
+	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
+	selector := fields.OneTermEqualSelector("metadata.name", o.Name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			options.FieldSelector = selector
+			return sandboxes.List(ctx, options)
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			options.FieldSelector = selector
+			return sandboxes.Watch(ctx, options)
+		},
+	}
+	deleted := fmt.Errorf("sandbox %q was deleted while waiting for its network policy", o.Name)
+	precondition := func(store cache.Store) (bool, error) {
+		obj, exists, err := store.GetByKey(o.Namespace + "/" + o.Name)
+		switch {
+		case err != nil:
+			return false, err
+		case !exists:
+			return false, deleted
+		}
+		current, ok := obj.(*sandboxv1alpha1.Sandbox)
+		if !ok {
+			return false, fmt.Errorf("unexpected object %T", obj)
+		}
+		return inForce(current)
+	}
+	var result *sandboxv1alpha1.Sandbox
+	event, err := watchtools.UntilWithSync(waitCtx, lw, &sandboxv1alpha1.Sandbox{}, precondition, func(event watch.Event) (bool, error) {
+		current, ok := event.Object.(*sandboxv1alpha1.Sandbox)
+		if !ok || current.Name != o.Name {
+			return false, nil
+		}
+		if event.Type == watch.Deleted {
+			return false, deleted
+		}
+		return inForce(current)
+	})
+	switch {
+	case err == nil && event == nil:
+		// The precondition found it in force.
+		result = last
+	case err == nil:
+		result = event.Object.(*sandboxv1alpha1.Sandbox)
+	case waitCtx.Err() != nil && ctx.Err() == nil:
+		return nil, fmt.Errorf("timed out waiting for the network policy of sandbox %q (generation %d) to be in force%s", o.Name, generation, notInForceReason(last, generation))
+	default:
+		return nil, err
+	}
+	return result, nil
+}
+
+// notInForceReason is ": EgressReady is ..." of the sandbox last seen, for a wait for generation
+// that ended before the policy was in force.
+func notInForceReason(sb *sandboxv1alpha1.Sandbox, generation int64) string {
+	c := meta.FindStatusCondition(sb.Status.Conditions, ConditionEgressReady)
+	if c == nil {
+		return ": EgressReady is not reported yet"
+	}
+	if observed := observedGeneration(sb, c); observed < generation {
+		return fmt.Sprintf(": EgressReady is pending (reported for generation %d)", observed)
+	}
+	return fmt.Sprintf(": EgressReady is %s%s", c.Status, conditionReason(c))
+}
+
+// conditionReason is ": REASON: MESSAGE" of a condition, leaving out what it lacks.
+func conditionReason(c *metav1.Condition) string {
+	s := ""
+	if c.Reason != "" {
+		s += ": " + c.Reason
+	}
+	if c.Message != "" {
+		s += ": " + c.Message
+	}
+	return s
+}
