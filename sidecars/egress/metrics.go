@@ -101,6 +101,9 @@ func (s *server) observeDNS(qname string, allowed bool, rcode int) {
 		result = "failed"
 	}
 	s.metrics.queries.WithLabelValues(ns, name, result).Inc()
+	if !allowed && qname != "" {
+		s.denials.add(qname)
+	}
 	if !allowed && s.metrics.shouldLog(qname, time.Now()) {
 		klog.InfoS("Denied a DNS query", "sandbox", klog.KRef(ns, name), "query", qname)
 	}

@@ -120,6 +120,7 @@ type server struct {
 	upstreams []string
 
 	dnsReady chan struct{}
+	denials  *denials
 }
 
 // Run serves until ctx ends. It never removes the filter: a stopped sidecar leaves the pod
@@ -141,7 +142,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := fw.CheckKernel(); err != nil {
 		return fmt.Errorf("this kernel cannot enforce an egress policy, refusing to run: %w", err)
 	}
-	s := &server{podUID: podUID, fw: fw, o: o, metrics: newMetrics(fw), dnsReady: make(chan struct{})}
+	s := &server{podUID: podUID, fw: fw, o: o, metrics: newMetrics(fw), dnsReady: make(chan struct{}), denials: newDenials()}
 
 	cfg, err := o.startConfig(podUID)
 	if err != nil {
@@ -299,10 +300,13 @@ func (s *server) sandboxRef() klog.ObjectRef {
 
 func (s *server) controlMux() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc(egressapi.DenialsPath, func(w http.ResponseWriter, req *http.Request) {
+		if allowController(w, req) {
+			s.serveDenials(w, req)
+		}
+	})
 	mux.HandleFunc(egressapi.PolicyPath, func(w http.ResponseWriter, req *http.Request) {
-		if who := clientIdentity(req); who != execdapi.ControllerIdentity {
-			klog.V(2).InfoS("Refused a request", "client", who, "remoteAddr", req.RemoteAddr)
-			http.Error(w, fmt.Sprintf("forbidden: %q may not use %s", who, req.URL.Path), http.StatusForbidden)
+		if !allowController(w, req) {
 			return
 		}
 		switch req.Method {
@@ -386,6 +390,16 @@ func (s *server) healthMux() http.Handler {
 	})
 	mux.Handle(egressapi.MetricsPath, promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	return mux
+}
+
+// allowController lets only sandbox-controller's certificate through.
+func allowController(w http.ResponseWriter, req *http.Request) bool {
+	if who := clientIdentity(req); who != execdapi.ControllerIdentity {
+		klog.V(2).InfoS("Refused a request", "client", who, "remoteAddr", req.RemoteAddr)
+		http.Error(w, fmt.Sprintf("forbidden: %q may not use %s", who, req.URL.Path), http.StatusForbidden)
+		return false
+	}
+	return true
 }
 
 func clientIdentity(req *http.Request) string {

@@ -199,6 +199,16 @@ func TestEgress(t *testing.T) {
 		})
 	}
 
+	t.Run("denied names are Events on the sandbox", func(t *testing.T) {
+		for _, name := range []string{"direct", "pooled"} {
+			waitFor(t, "an EgressDenied Event on "+name, 90*time.Second, func() (bool, string) {
+				out := kubectl(t, "-n", ns, "get", "events", "--field-selector", "reason=EgressDenied,involvedObject.name="+name,
+					"-o", "jsonpath={.items[*].message}").stdout
+				return strings.Contains(out, "denied.test"), out
+			})
+		}
+	})
+
 	t.Run("two pooled sandboxes of one pool have their own policies", func(t *testing.T) {
 		got := probeSandbox(t, ns, "closed", "name,allowed-name,allowed.test", "tcp,web,"+web.IP.String()+",80")
 		expectProbe(t, "closed", got, map[string]string{"allowed-name": "nxdomain", "web": "refused"})

@@ -31,7 +31,7 @@ func (r *Reconciler) poolOf(ctx context.Context, bs *controlv1alpha1.BatchSandbo
 
 func (r *Reconciler) forgetEgress(uid types.UID) {
 	if r.Egress != nil {
-		r.Egress.Pusher.Forget(uid)
+		r.Egress.Forget(uid)
 	}
 }
 
@@ -78,6 +78,7 @@ func (r *Reconciler) enforceEgress(ctx context.Context, bs *controlv1alpha1.Batc
 			switch {
 			case err == nil:
 				applied++
+				r.Egress.Denials.Watch(p, bs)
 			default:
 				failed = append(failed, err.Error())
 				retryErr = errors.Join(retryErr, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
@@ -17,6 +18,14 @@ type Enforcer struct {
 	Image  string
 	Source *Source
 	Pusher *Pusher
+	// Denials reports denied names as Events; nil: none.
+	Denials *DenialWatcher
+}
+
+// Forget drops what is remembered of a pod that is gone.
+func (e *Enforcer) Forget(uid types.UID) {
+	e.Pusher.Forget(uid)
+	e.Denials.Forget(uid)
 }
 
 // SandboxConfig is the Config of the pods of bs (PodUID left empty): its own policy, else its

@@ -246,9 +246,13 @@ func (o *Options) Run(ctx context.Context) error {
 			image = o.ExecdImage
 		}
 		enforcer = &egress.Enforcer{
-			Image:  image,
-			Source: &egress.Source{Reader: mgr.GetClient(), Namespace: o.PKINamespace, Name: o.EgressConfigMap},
-			Pusher: egress.NewPusher(authority),
+			Image:   image,
+			Source:  &egress.Source{Reader: mgr.GetClient(), Namespace: o.PKINamespace, Name: o.EgressConfigMap},
+			Pusher:  egress.NewPusher(authority),
+			Denials: egress.NewDenialWatcher(authority, recorder),
+		}
+		if err := mgr.Add(enforcer.Denials); err != nil {
+			return err
 		}
 	}
 	if err := (&batchsandbox.Reconciler{

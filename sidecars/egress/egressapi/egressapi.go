@@ -15,6 +15,8 @@
 //
 //	PUT ControlPort PolicyPath   a Config: apply it, answer a Status (200) or why not (4xx/5xx)
 //	GET ControlPort PolicyPath   the Status
+//	GET ControlPort DenialsPath  waits for names the policy denied, answers Denials (a long
+//	                             poll: at most one answer per 30 s, empty after 5 min)
 //
 // A Config names the pod it is for (PodUID); sandbox-egress refuses one for another pod (409),
 // so that a pod IP given to a new pod never gets the old pod's policy.
@@ -38,6 +40,7 @@ const (
 // Paths.
 const (
 	PolicyPath  = "/v1/policy"
+	DenialsPath = "/v1/denials"
 	HealthzPath = "/healthz"
 	ReadyzPath  = "/readyz"
 	MetricsPath = "/metrics"
@@ -174,4 +177,11 @@ type Status struct {
 	AppliedAt  time.Time `json:"appliedAt"`
 	// FlowsCut is how many established flows the last change cut (they went to what it denies).
 	FlowsCut int `json:"flowsCut,omitempty"`
+}
+
+// Denials are the DNS names the policy denied since the last report, with how often.
+type Denials struct {
+	Names map[string]int `json:"names,omitempty"`
+	// Others counts the denials of names beyond the ones listed.
+	Others int `json:"others,omitempty"`
 }

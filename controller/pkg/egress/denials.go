@@ -1,0 +1,217 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
+)
+
+// Backoff of a denial watch whose pod does not answer; after maxWatchFailures in a row the
+// watch stops, and the next reconcile of the sandbox starts it again.
+const (
+	watchRetryMin    = time.Second
+	watchRetryMax    = time.Minute
+	maxWatchFailures = 6
+	// maxEventNames is how many names one Event lists.
+	maxEventNames = 10
+)
+
+// DenialWatcher turns the DNS names a sandbox's policy denied into Events on the sandbox. It
+// holds one long poll (egressapi.DenialsPath) per pod: sandbox-egress answers when there is
+// something to say, at most every 30 s, so a sandbox at rest costs an idle connection and
+// nothing else. It runs on the leader only.
+type DenialWatcher struct {
+	Recorder events.EventRecorder
+	// Port overrides egressapi.ControlPort (tests).
+	Port int
+
+	client  *http.Client
+	mu      sync.Mutex
+	ctx     context.Context
+	running map[types.UID]context.CancelFunc
+}
+
+var _ manager.LeaderElectionRunnable = &DenialWatcher{}
+
+// NewDenialWatcher presents creds' client certificate (see NewPusher for the server's).
+func NewDenialWatcher(creds execdclient.Credentials, recorder events.EventRecorder) *DenialWatcher {
+	return &DenialWatcher{Recorder: recorder, client: &http.Client{Transport: &http.Transport{
+		Proxy:       nil,
+		DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		TLSClientConfig: &tls.Config{
+			GetClientCertificate: creds.GetClientCertificate,
+			MinVersion:           tls.VersionTLS13,
+			InsecureSkipVerify:   true, //nolint:gosec // see NewPusher
+		},
+		MaxIdleConnsPerHost: 1,
+	}}}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (w *DenialWatcher) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable: watches run until ctx ends.
+func (w *DenialWatcher) Start(ctx context.Context) error {
+	w.mu.Lock()
+	w.ctx = ctx
+	w.mu.Unlock()
+	<-ctx.Done()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, cancel := range w.running {
+		cancel()
+	}
+	w.running = nil
+	return nil
+}
+
+// Watch makes sure the pod of bs is watched; a no-op if it is, or before Start.
+func (w *DenialWatcher) Watch(pod *corev1.Pod, bs *controlv1alpha1.BatchSandbox) {
+	if w == nil || pod.Status.PodIP == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx == nil {
+		return
+	}
+	if _, ok := w.running[pod.UID]; ok {
+		return
+	}
+	if w.running == nil {
+		w.running = map[types.UID]context.CancelFunc{}
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	w.running[pod.UID] = cancel
+	// The Event's object: the sandbox as it was; only its reference is used.
+	ref := &controlv1alpha1.BatchSandbox{TypeMeta: bs.TypeMeta, ObjectMeta: *bs.ObjectMeta.DeepCopy()}
+	ref.SetGroupVersionKind(controlv1alpha1.SchemeGroupVersion.WithKind("BatchSandbox"))
+	go w.watch(ctx, pod.UID, pod.Name, pod.Status.PodIP, ref)
+}
+
+// Forget stops the watch of a pod that is gone.
+func (w *DenialWatcher) Forget(uid types.UID) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cancel, ok := w.running[uid]; ok {
+		cancel()
+		delete(w.running, uid)
+	}
+}
+
+func (w *DenialWatcher) watch(ctx context.Context, uid types.UID, podName, ip string, bs *controlv1alpha1.BatchSandbox) {
+	logger := log.FromContext(ctx).WithValues("batchSandbox", bs.Namespace+"/"+bs.Name, "pod", podName)
+	defer func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.running != nil && ctx.Err() == nil {
+			delete(w.running, uid)
+		}
+	}()
+	port := w.Port
+	if port == 0 {
+		port = egressapi.ControlPort
+	}
+	url := "https://" + net.JoinHostPort(ip, strconv.Itoa(port)) + egressapi.DenialsPath
+	failures, retry := 0, watchRetryMin
+	for ctx.Err() == nil {
+		d, err := w.poll(ctx, url)
+		if err != nil {
+			failures++
+			if failures >= maxWatchFailures {
+				logger.V(4).Info("stopped watching denials", "err", err)
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(retry):
+			}
+			retry = min(2*retry, watchRetryMax)
+			continue
+		}
+		failures, retry = 0, watchRetryMin
+		// One Event series per name: the events API folds Events that differ only in their
+		// note into one series that keeps the first note, so the name is in the action too.
+		for _, e := range DenialEvents(d) {
+			w.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonDeniedName, e.Action, "%s", e.Note)
+		}
+	}
+}
+
+func (w *DenialWatcher) poll(ctx context.Context, url string) (egressapi.Denials, error) {
+	var d egressapi.Denials
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return d, err
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return d, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return d, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(data)))
+	}
+	return d, json.Unmarshal(data, &d)
+}
+
+// DenialEvent is one Event of a report.
+type DenialEvent struct{ Action, Note string }
+
+// maxActionLength is the events API's limit on an Event's action.
+const maxActionLength = 128
+
+// DenialEvents are the Events of a report: one per name, most denied first, at most
+// maxEventNames, and one for the rest.
+func DenialEvents(d egressapi.Denials) []DenialEvent {
+	names := make([]string, 0, len(d.Names))
+	for n := range d.Names {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if d.Names[names[i]] != d.Names[names[j]] {
+			return d.Names[names[i]] > d.Names[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	others := d.Others
+	var out []DenialEvent
+	for i, n := range names {
+		if i >= maxEventNames {
+			others += d.Names[n]
+			continue
+		}
+		action := "Resolve " + n
+		if len(action) > maxActionLength {
+			action = action[:maxActionLength]
+		}
+		out = append(out, DenialEvent{Action: action, Note: fmt.Sprintf("the network policy denied the DNS name %s (%d queries)", n, d.Names[n])})
+	}
+	if others > 0 {
+		out = append(out, DenialEvent{Action: "Resolve", Note: fmt.Sprintf("the network policy denied %d queries for other names", others)})
+	}
+	return out
+}

@@ -1,0 +1,104 @@
+package egress
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
+)
+
+func TestDenialEvents(t *testing.T) {
+	many := map[string]int{}
+	for i := range 12 {
+		many["n"+strconv.Itoa(i)+".example"] = i + 1
+	}
+	tests := []struct {
+		name string
+		in   egressapi.Denials
+		want []string // action: note
+	}{
+		{"nothing", egressapi.Denials{}, nil},
+		{"most denied first", egressapi.Denials{Names: map[string]int{"a.example": 1, "b.example": 3}}, []string{
+			"Resolve b.example: the network policy denied the DNS name b.example (3 queries)",
+			"Resolve a.example: the network policy denied the DNS name a.example (1 queries)",
+		}},
+		{"beyond the listed", egressapi.Denials{Names: many, Others: 4}, []string{
+			"Resolve n11.example", "Resolve n10.example", "Resolve n9.example", "Resolve n8.example", "Resolve n7.example",
+			"Resolve n6.example", "Resolve n5.example", "Resolve n4.example", "Resolve n3.example", "Resolve n2.example",
+			"Resolve: the network policy denied 7 queries for other names",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, e := range DenialEvents(tc.in) {
+				if strings.Contains(tc.name, "beyond") && e.Action != "Resolve" {
+					got = append(got, e.Action)
+					continue
+				}
+				got = append(got, e.Action+": "+e.Note)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDenialWatcher(t *testing.T) {
+	var polls atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if polls.Add(1) == 1 {
+			_ = json.NewEncoder(w).Encode(egressapi.Denials{Names: map[string]int{"evil.example": 2}})
+			return
+		}
+		<-r.Context().Done() // nothing more to say: the poll waits
+	}))
+	defer srv.Close()
+	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	rec := events.NewFakeRecorder(10)
+	w := NewDenialWatcher(noCreds{}, rec)
+	w.Port, _ = strconv.Atoi(port)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Start(ctx); close(done) }()
+	for started := false; !started; time.Sleep(time.Millisecond) {
+		w.mu.Lock()
+		started = w.ctx != nil
+		w.mu.Unlock()
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u"}, Status: corev1.PodStatus{PodIP: host}}
+	bs := &controlv1alpha1.BatchSandbox{ObjectMeta: metav1.ObjectMeta{Name: "sbx", Namespace: "ns"}}
+	w.Watch(pod, bs)
+	w.Watch(pod, bs) // one watch per pod
+	select {
+	case e := <-rec.Events:
+		if !strings.Contains(e, controlv1alpha1.ReasonDeniedName) || !strings.Contains(e, "evil.example (2 queries)") {
+			t.Errorf("event %q", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := polls.Load(); n != 2 {
+		t.Errorf("%d polls, want 2 (the answer, then a waiting one)", n)
+	}
+	w.Forget(pod.UID)
+	cancel()
+	<-done
+}
