@@ -214,7 +214,7 @@ func (o *Options) startConfig(podUID string) (*egressapi.Config, error) {
 			klog.InfoS("Restoring the last policy applied", "revision", cfg.Revision)
 			return cfg, nil
 		}
-		klog.InfoS("Ignoring an unreadable saved policy", "file", filepath.Join(o.StateDir, stateFile))
+		klog.InfoS("Ignoring the saved policy: unreadable, or of another pod", "file", filepath.Join(o.StateDir, stateFile))
 	}
 	cfg := &egressapi.Config{DefaultAction: egressapi.ActionDeny}
 	if env := os.Getenv(egressapi.EnvConfig); env != "" {

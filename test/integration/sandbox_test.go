@@ -11,6 +11,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -169,6 +170,23 @@ func TestSandboxValidation(t *testing.T) {
 			s.Annotations = map[string]string{controlv1alpha1.AnnotationPodSecurity: "Namespace"}
 		}, "metadata.annotations[control.kube-sandbox.io/pod-security]"},
 		{"empty entrypoint", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Entrypoint = []string{""} }, "spec.entrypoint[0]"},
+		{"egress wildcard in the middle", func(s *sandboxv1alpha1.Sandbox) {
+			s.Spec.NetworkPolicy = &sandboxv1alpha1.SandboxNetworkPolicy{Egress: []sandboxv1alpha1.SandboxEgressRule{{Action: "Allow", To: "api.*.example.com"}}}
+		}, "spec.networkPolicy.egress[0].to"},
+		{"egress CIDR out of range", func(s *sandboxv1alpha1.Sandbox) {
+			s.Spec.NetworkPolicy = &sandboxv1alpha1.SandboxNetworkPolicy{Egress: []sandboxv1alpha1.SandboxEgressRule{{Action: "Deny", To: "10.0.0.0/33"}}}
+		}, "spec.networkPolicy.egress[0].to"},
+		{"egress port out of range", func(s *sandboxv1alpha1.Sandbox) {
+			s.Spec.NetworkPolicy = &sandboxv1alpha1.SandboxNetworkPolicy{Egress: []sandboxv1alpha1.SandboxEgressRule{
+				{Action: "Allow", To: "pypi.org", Ports: []sandboxv1alpha1.SandboxEgressPort{{Port: 70000}}}}}
+		}, "spec.networkPolicy.egress[0].ports[0].port"},
+		{"too many egress rules", func(s *sandboxv1alpha1.Sandbox) {
+			s.Spec.NetworkPolicy = &sandboxv1alpha1.SandboxNetworkPolicy{Egress: make([]sandboxv1alpha1.SandboxEgressRule, 101)}
+			for i := range s.Spec.NetworkPolicy.Egress {
+				s.Spec.NetworkPolicy.Egress[i] = sandboxv1alpha1.SandboxEgressRule{Action: "Allow", To: "pypi.org"}
+			}
+		}, "spec.networkPolicy.egress"},
+		{"hostNetwork", func(s *sandboxv1alpha1.Sandbox) { s.Spec.Template.Spec.HostNetwork = true }, "spec.template.spec.hostNetwork"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -197,6 +215,59 @@ func TestSandboxValidation(t *testing.T) {
 	}
 	if len(list.Items) != 0 {
 		t.Errorf("invalid sandboxes left %d BatchSandboxes behind", len(list.Items))
+	}
+}
+
+// TestSandboxNetworkPolicy: the policy is stored on the BatchSandbox, read back, mutable, and
+// a bad update is a 422 that changes nothing.
+func TestSandboxNetworkPolicy(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	s := sandbox("egress")
+	s.Spec.NetworkPolicy = &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Deny", Egress: []sandboxv1alpha1.SandboxEgressRule{
+		{Action: "Allow", To: "pypi.org"},
+		{Action: "Allow", To: "10.250.0.1", Ports: []sandboxv1alpha1.SandboxEgressPort{{Port: 8080, EndPort: ptr.To[int32](8090), Protocol: "TCP"}}},
+	}}
+	created, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Create(ctx, s, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(s.Spec.NetworkPolicy, created.Spec.NetworkPolicy); diff != "" {
+		t.Errorf("created (-want +got):\n%s", diff)
+	}
+	bs := &controlv1alpha1.BatchSandbox{}
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: "egress"}, bs); err != nil {
+		t.Fatal(err)
+	}
+	if bs.Spec.NetworkPolicy == nil || len(bs.Spec.NetworkPolicy.Egress) != 2 || bs.Spec.NetworkPolicy.Egress[1].Ports[0].EndPort == nil {
+		t.Errorf("stored policy %+v", bs.Spec.NetworkPolicy)
+	}
+
+	patch := []byte(`{"spec":{"networkPolicy":{"defaultAction":"Allow","egress":[{"action":"Deny","to":"192.0.2.0/24"}]}}}`)
+	patched, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Patch(ctx, "egress", types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		t.Fatalf("patch: %v", err)
+	}
+	want := &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Allow", Egress: []sandboxv1alpha1.SandboxEgressRule{{Action: "Deny", To: "192.0.2.0/24"}}}
+	if diff := cmp.Diff(want, patched.Spec.NetworkPolicy); diff != "" {
+		t.Errorf("patched (-want +got):\n%s", diff)
+	}
+	if patched.Generation <= created.Generation {
+		t.Errorf("generation %d after a policy change, was %d", patched.Generation, created.Generation)
+	}
+
+	bad := []byte(`{"spec":{"networkPolicy":{"egress":[{"action":"Allow","to":"*.com"}]}}}`)
+	_, err = sandboxes.SandboxV1alpha1().Sandboxes(ns).Patch(ctx, "egress", types.MergePatchType, bad, metav1.PatchOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.networkPolicy.egress[0].to") {
+		t.Fatalf("a bad patch: %v, want 422 naming spec.networkPolicy.egress[0].to", err)
+	}
+	got, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Get(ctx, "egress", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (The controller may have written the status meanwhile: the spec is what must not change.)
+	if diff := cmp.Diff(want, got.Spec.NetworkPolicy); diff != "" || got.Generation != patched.Generation {
+		t.Errorf("a refused patch changed the sandbox (-want +got):\n%s", diff)
 	}
 }
 
