@@ -47,6 +47,21 @@ type poolBench struct {
 	*bench
 	ns   string
 	pool string
+	// policy, if set, is the networkPolicy of the pooled sandboxes made.
+	policy *sandboxv1alpha1.SandboxNetworkPolicy
+}
+
+// benchPolicy is a policy of the size an agent's sandbox has: a few names, a wildcard, some
+// addresses with ports.
+func benchPolicy() *sandboxv1alpha1.SandboxNetworkPolicy {
+	p := &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Deny"}
+	for _, to := range []string{"pypi.org", "*.pythonhosted.org", "github.com", "*.githubusercontent.com", "api.openai.com", "198.51.100.0/24"} {
+		p.Egress = append(p.Egress, sandboxv1alpha1.SandboxEgressRule{Action: "Allow", To: to, Ports: []sandboxv1alpha1.SandboxEgressPort{{Port: 443}}})
+	}
+	for i := range 4 {
+		p.Egress = append(p.Egress, sandboxv1alpha1.SandboxEgressRule{Action: "Deny", To: fmt.Sprintf("203.0.113.%d", i)})
+	}
+	return p
 }
 
 func (b *bench) pools(ctx context.Context) error {
@@ -77,6 +92,21 @@ func (b *bench) pools(ctx context.Context) error {
 	if err := pb.waitPoolFull(ctx); err != nil {
 		return err
 	}
+	// The same with a policy of the sandbox's own: pushed to the pod's sandbox-egress before
+	// the claim. The rows above use the platform's default (also pushed, but smaller).
+	pb.policy = benchPolicy()
+	withPolicy, _, names, err := pb.warm(ctx, "pol", 1)
+	pb.policy = nil
+	if err != nil {
+		return fmt.Errorf("sequential warm with a policy: %w", err)
+	}
+	printRow(fmt.Sprintf("warm, sequential, own policy of %d rules (%d)", len(benchPolicy().Egress), len(withPolicy)), withPolicy)
+	if err := pb.deleteAll(ctx, names); err != nil {
+		return err
+	}
+	if err := pb.waitPoolFull(ctx); err != nil {
+		return err
+	}
 	conc, concPhases, names, err := pb.warm(ctx, "conc", *concurrency)
 	if err != nil {
 		return fmt.Errorf("concurrent warm: %w", err)
@@ -88,8 +118,8 @@ func (b *bench) pools(ctx context.Context) error {
 		return fmt.Errorf("cold baseline: %w", err)
 	}
 	printRow(fmt.Sprintf("cold (direct mode, a pod per sandbox) (%d)", len(cold)), cold)
-	fmt.Printf("\nRatio warm/cold at p50: sequential %.3f, %d at once %.3f.\n", float64(quantile(seq, 0.5))/float64(quantile(cold, 0.5)),
-		*concurrency, float64(quantile(conc, 0.5))/float64(quantile(cold, 0.5)))
+	fmt.Printf("\nRatio warm/cold at p50: sequential %.3f, %d at once %.3f. Own policy / platform default, sequential, at p50: %.3f.\n", float64(quantile(seq, 0.5))/float64(quantile(cold, 0.5)),
+		*concurrency, float64(quantile(conc, 0.5))/float64(quantile(cold, 0.5)), float64(quantile(withPolicy, 0.5))/float64(quantile(seq, 0.5)))
 
 	if err := pb.waitPoolFull(ctx); err != nil {
 		return err
@@ -254,7 +284,7 @@ func (pb *poolBench) createToExec(ctx context.Context, sbx *sandboxv1alpha1.Sand
 func (pb *poolBench) pooled(name string) *sandboxv1alpha1.Sandbox {
 	return &sandboxv1alpha1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       sandboxv1alpha1.SandboxSpec{PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: pb.pool}},
+		Spec:       sandboxv1alpha1.SandboxSpec{PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: pb.pool}, NetworkPolicy: pb.policy},
 	}
 }
 

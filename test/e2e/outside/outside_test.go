@@ -3,6 +3,7 @@
 package outside
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -54,6 +55,139 @@ func TestOutside(t *testing.T) {
 		if strings.HasPrefix(l.Attrs().Name, VethPrefix) {
 			t.Errorf("link %s (%s) still there after the cleanup", l.Attrs().Name, l.Type())
 		}
+	}
+}
+
+// TestNetworkAPI drives the error-returning API, as a program without a testing.T would: servers
+// started on hosts stay until Network.Close, which stops them and removes everything; a client
+// made in a host's namespace (InNamespace) reaches another host with the host's address.
+func TestNetworkAPI(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a bridge, veths and network namespaces")
+	}
+	n, err := NewNetwork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			n.Close()
+		}
+	})
+	client, err := n.NewHost("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := n.NewHost("server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if client.IP != netip.MustParseAddr("198.51.100.2") || server.IP != netip.MustParseAddr("198.51.100.3") {
+		t.Fatalf("addresses: client %s, server %s", client.IP, server.IP)
+	}
+	v4 := netip.MustParseAddr("203.0.113.9")
+	if err := server.StartDNS(map[string][]netip.Addr{"bench.example": {v4}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.StartTCP(5000); err != nil {
+		t.Fatal(err)
+	}
+	var remote string
+	if err := server.StartHTTP(8080, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.RemoteAddr)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	// the port is taken: an error, not a t.Fatal
+	if err := server.StartTCP(8080); err == nil {
+		t.Error("StartTCP on the port of the HTTP server: no error")
+	}
+
+	// from the client host's namespace: DNS over UDP and TCP, and HTTP, to the server host
+	var tcpConn net.Conn
+	err = client.InNamespace(func() error {
+		for _, netw := range []string{"udp", "tcp"} {
+			c := &dns.Client{Net: netw, Timeout: 3 * time.Second}
+			m := new(dns.Msg)
+			m.SetQuestion("bench.example.", dns.TypeA)
+			r, _, err := c.Exchange(m, server.Addr(53))
+			if err != nil {
+				return err
+			}
+			if a, ok := r.Answer[0].(*dns.A); len(r.Answer) != 1 || !ok || !a.A.Equal(v4.AsSlice()) {
+				return errors.New("unexpected answer: " + r.String())
+			}
+		}
+		// (not http.Client: its Transport dials on goroutines of its own, outside the namespace)
+		hc, err := net.DialTimeout("tcp", server.Addr6(8080), 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer hc.Close()
+		hc.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(hc, "GET / HTTP/1.0\r\nHost: server\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(hc), nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		remote = string(body)
+		// a connection dialled here stays in the namespace, used after InNamespace returns
+		tcpConn, err = net.DialTimeout("tcp", server.Addr(5000), 3*time.Second)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("InNamespace: %v", err)
+	}
+	if !strings.HasPrefix(remote, "["+client.IP6.String()+"]:") {
+		t.Errorf("HTTP client seen as %s, want %s (the client host, not the bridge)", remote, client.IP6)
+	}
+	defer tcpConn.Close()
+	if _, err := tcpConn.Write([]byte("x")); err != nil {
+		t.Errorf("write outside InNamespace: %v", err)
+	}
+	waitFor(t, func() bool { return server.Connections(5000) == 1 }, "Connections(5000) == 1")
+	if got := server.DNSQueries("bench.example"); got != 2 {
+		t.Errorf("DNSQueries = %d, want 2", got)
+	}
+	if got := server.HTTPRequests(8080); got != 1 {
+		t.Errorf("HTTPRequests(8080) = %d, want 1", got)
+	}
+	// from this process's namespace, the servers are there until Close
+	addr := server.Addr(8080)
+	if c, err := net.DialTimeout("tcp", addr, 3*time.Second); err != nil {
+		t.Fatalf("dial %s before Close: %v", addr, err)
+	} else {
+		c.Close()
+	}
+
+	if err := n.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	closed = true
+	if err := n.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	// (no dial after Close to see the servers gone: without the bridge, 198.51.100.0/24 follows
+	// the default route, where on some machines something accepts any connection)
+	if _, err := netlink.LinkByName(BridgeName); !errors.As(err, new(netlink.LinkNotFoundError)) {
+		t.Errorf("link %s after Close: %v", BridgeName, err)
+	}
+	for _, h := range []*Host{client, server} {
+		if _, err := netlink.LinkByName(h.Veth); !errors.As(err, new(netlink.LinkNotFoundError)) {
+			t.Errorf("link %s after Close: %v", h.Veth, err)
+		}
+		if err := h.InNamespace(func() error { return nil }); err == nil {
+			t.Errorf("InNamespace on host %s after Close: no error", h.Name)
+		}
+		if err := h.StartTCP(6000); err == nil {
+			t.Errorf("StartTCP on host %s after Close: no error", h.Name)
+		}
+	}
+	if _, err := n.NewHost("late"); err == nil {
+		t.Error("NewHost after Close: no error")
 	}
 }
 
