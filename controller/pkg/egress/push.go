@@ -43,7 +43,20 @@ type Pusher struct {
 	Port int
 
 	mu      sync.Mutex
-	applied map[types.UID]string // pod UID -> revision it confirmed
+	applied map[types.UID]string // pod UID -> what it confirmed (appliedKey)
+}
+
+// appliedKey is what a pod confirmed: the revision, and the restarts of its sandbox-egress
+// then. A restarted sidecar restores the last policy it applied; should that fail, it denies
+// everything, and the next push (the restart count changed) mends it.
+func appliedKey(pod *corev1.Pod, revision string) string {
+	restarts := int32(0)
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.Name == egressapi.ContainerName {
+			restarts = cs.RestartCount
+		}
+	}
+	return revision + "/" + strconv.Itoa(int(restarts))
 }
 
 // NewPusher presents creds' client certificate (sandbox-controller's) to sandbox-egress.
@@ -70,11 +83,11 @@ func NewPusher(creds execdclient.Credentials) *Pusher {
 	}}
 }
 
-// Applied reports whether the pod confirmed the revision.
-func (p *Pusher) Applied(uid types.UID, revision string) bool {
+// Applied reports whether the pod's current sandbox-egress confirmed the revision.
+func (p *Pusher) Applied(pod *corev1.Pod, revision string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.applied[uid] == revision
+	return p.applied[pod.UID] == appliedKey(pod, revision)
 }
 
 // Forget drops what is remembered of a pod that is gone.
@@ -86,7 +99,7 @@ func (p *Pusher) Forget(uid types.UID) {
 
 // Ensure pushes cfg to the pod unless it confirmed that revision already.
 func (p *Pusher) Ensure(ctx context.Context, pod *corev1.Pod, cfg *egressapi.Config) error {
-	if p.Applied(pod.UID, cfg.Revision) {
+	if p.Applied(pod, cfg.Revision) {
 		return nil
 	}
 	st, err := p.Push(ctx, pod, cfg)
@@ -98,7 +111,7 @@ func (p *Pusher) Ensure(ctx context.Context, pod *corev1.Pod, cfg *egressapi.Con
 	if p.applied == nil {
 		p.applied = map[types.UID]string{}
 	}
-	p.applied[pod.UID] = st.Revision
+	p.applied[pod.UID] = appliedKey(pod, st.Revision)
 	return nil
 }
 

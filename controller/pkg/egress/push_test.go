@@ -78,6 +78,11 @@ func TestPusherEnsure(t *testing.T) {
 		if err := p.Ensure(context.Background(), pod, a); err != nil || puts.Load() != 4 {
 			t.Errorf("after Forget: %v, %d pushes", err, puts.Load())
 		}
+		// A restarted sidecar gets the policy again.
+		pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: egressapi.ContainerName, RestartCount: 1}}
+		if err := p.Ensure(context.Background(), pod, a); err != nil || puts.Load() != 5 {
+			t.Errorf("after a restart of sandbox-egress: %v, %d pushes", err, puts.Load())
+		}
 	})
 	t.Run("an answer for another pod is not a confirmation", func(t *testing.T) {
 		p, pod, _ := fakeEgress(t, "pod-uid", func(cfg *egressapi.Config) (int, any) {
@@ -86,7 +91,7 @@ func TestPusherEnsure(t *testing.T) {
 		if err := p.Ensure(context.Background(), pod, config()); err == nil {
 			t.Fatal("no error")
 		}
-		if p.Applied(pod.UID, config().Revision) {
+		if p.Applied(pod, config().Revision) {
 			t.Error("remembered as applied")
 		}
 	})

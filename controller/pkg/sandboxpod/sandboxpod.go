@@ -186,7 +186,7 @@ func Inject(spec *corev1.PodSpec, o Options) {
 	}
 	spec.InitContainers = append([]corev1.Container{install}, spec.InitContainers...)
 	if o.Egress != nil {
-		injectEgress(spec, o.Egress, o.ClientCA)
+		injectEgress(spec, o.Egress, o.ClientCA, max(o.ReadinessPeriodSeconds, 2))
 	}
 
 	c := &spec.Containers[0]
@@ -296,7 +296,7 @@ func Failure(p *corev1.Pod) *Problem {
 // says the filter is in place, and it runs as long as the pod. It alone holds NET_ADMIN; the
 // sandbox container never does. It runs before the execd installer, so nothing in the pod
 // ever has an unfiltered network.
-func injectEgress(spec *corev1.PodSpec, e *Egress, clientCA []byte) {
+func injectEgress(spec *corev1.PodSpec, e *Egress, clientCA []byte, readinessPeriod int32) {
 	cfg, _ := json.Marshal(e.Config)
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: egressapi.StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 		// The last Config applied: a few kilobytes, in memory.
@@ -322,12 +322,13 @@ func injectEgress(spec *corev1.PodSpec, e *Egress, clientCA []byte) {
 		},
 		VolumeMounts: []corev1.VolumeMount{{Name: egressapi.StateVolume, MountPath: egressapi.StateDir}},
 		// Startup: the other containers wait for the filter. Readiness: a policy that cannot be
-		// applied makes the pod not Ready.
+		// applied makes the pod not Ready (as slowly probed as execd's in a pool, where
+		// hundreds of idle pods would otherwise cost the node a CPU).
 		StartupProbe:   probe(1, 60),
-		ReadinessProbe: probe(2, 1),
+		ReadinessProbe: probe(readinessPeriod, 1),
 		LivenessProbe: &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: egressapi.HealthzPath, Port: intstr.FromInt32(egressapi.HealthPort)}},
-			PeriodSeconds:    10,
+			PeriodSeconds:    30,
 			FailureThreshold: 3,
 			TimeoutSeconds:   2,
 		},
