@@ -11,21 +11,15 @@ package egress
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,11 +42,12 @@ const stateFile = "config.json"
 
 // Options of sandbox-egress serve.
 type Options struct {
-	ControlAddr string
-	HealthAddr  string
-	DNSAddrs    []string
-	StateDir    string
-	ResolvConf  string
+	ControlAddr   string
+	HealthAddr    string
+	DNSAddrs      []string
+	StateDir      string
+	ResolvConf    string
+	IdentityToken string
 }
 
 // NewCommand is sandbox-egress.
@@ -64,8 +59,9 @@ func NewCommand() *cobra.Command {
 			net.JoinHostPort("127.0.0.1", strconv.Itoa(egressapi.DNSPort)),
 			net.JoinHostPort("::1", strconv.Itoa(egressapi.DNSPort)),
 		},
-		StateDir:   egressapi.StateDir,
-		ResolvConf: "/etc/resolv.conf",
+		StateDir:      egressapi.StateDir,
+		ResolvConf:    "/etc/resolv.conf",
+		IdentityToken: egressapi.IdentityTokenPath,
 	}
 	root := &cobra.Command{
 		Use:           "sandbox-egress",
@@ -91,6 +87,7 @@ It needs NET_ADMIN, and only it: the sandbox container never has it.`,
 	fs.StringSliceVar(&o.DNSAddrs, "dns-addr", o.DNSAddrs, "Loopback addresses of the DNS proxy; the filter redirects port 53 to their port.")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory (private to this container) that keeps the last Config applied across restarts.")
 	fs.StringVar(&o.ResolvConf, "resolv-conf", o.ResolvConf, "resolv.conf whose nameservers are the upstreams when the Config names none.")
+	fs.StringVar(&o.IdentityToken, "identity-token", o.IdentityToken, "The pod's projected token (audience "+egressapi.IdentityAudience+"), which proves to sandbox-controller which pod this is, so that it certifies the serving key.")
 	root.AddCommand(serve)
 	return root
 }
@@ -121,6 +118,7 @@ type server struct {
 
 	dnsReady chan struct{}
 	denials  *denials
+	identity *execd.ServerIdentity
 }
 
 // Run serves until ctx ends. It never removes the filter: a stopped sidecar leaves the pod
@@ -142,7 +140,14 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := fw.CheckKernel(); err != nil {
 		return fmt.Errorf("this kernel cannot enforce an egress policy, refusing to run: %w", err)
 	}
-	s := &server{podUID: podUID, fw: fw, o: o, metrics: newMetrics(fw), dnsReady: make(chan struct{}), denials: newDenials()}
+	id, err := execd.NewServerIdentityFor(filepath.Join(o.StateDir, "identity"), cas, func(name string) bool {
+		uid, ok := egressapi.PodUIDFromServerName(name)
+		return ok && uid == podUID
+	})
+	if err != nil {
+		return fmt.Errorf("serving identity: %w", err)
+	}
+	s := &server{podUID: podUID, fw: fw, o: o, metrics: newMetrics(fw), dnsReady: make(chan struct{}), denials: newDenials(), identity: id}
 
 	cfg, err := o.startConfig(podUID)
 	if err != nil {
@@ -178,7 +183,7 @@ func (o *Options) Run(ctx context.Context) error {
 	})
 	health := &http.Server{Addr: o.HealthAddr, Handler: s.healthMux(), ReadHeaderTimeout: 5 * time.Second}
 	control := &http.Server{Addr: o.ControlAddr, Handler: s.controlMux(), ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig: controlTLS(cas)}
+		TLSConfig: id.TLSConfig()}
 	wg.Go(func() {
 		if err := health.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("health server: %w", err)
@@ -300,6 +305,11 @@ func (s *server) sandboxRef() klog.ObjectRef {
 
 func (s *server) controlMux() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc(egressapi.IdentityPath, func(w http.ResponseWriter, req *http.Request) {
+		if allowController(w, req) {
+			s.serveIdentity(w, req)
+		}
+	})
 	mux.HandleFunc(egressapi.DenialsPath, func(w http.ResponseWriter, req *http.Request) {
 		if allowController(w, req) {
 			s.serveDenials(w, req)
@@ -409,43 +419,40 @@ func clientIdentity(req *http.Request) string {
 	return req.TLS.VerifiedChains[0][0].Subject.CommonName
 }
 
-// controlTLS accepts only clients of the kube-sandbox CA. The serving certificate is made
-// here and verified by nobody (see the controller's egress.NewPusher for why that is enough).
-func controlTLS(cas *x509.CertPool) *tls.Config {
-	var once sync.Once
-	var cert *tls.Certificate
-	var certErr error
-	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		ClientAuth: tls.RequireAndVerifyClientCert,
-		ClientCAs:  cas,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			once.Do(func() { cert, certErr = selfSigned() })
-			return cert, certErr
-		},
+// serveIdentity answers GET with the pod's egress token, over the connection whose key the
+// controller is about to certify, and takes PUT: the certificate it issued for that key. See
+// sandbox-execd's, which works the same way.
+func (s *server) serveIdentity(w http.ResponseWriter, req *http.Request) {
+	switch req.Method {
+	case http.MethodGet:
+		data, err := os.ReadFile(s.o.IdentityToken)
+		if err != nil || len(data) == 0 || len(data) > maxTokenBytes {
+			klog.ErrorS(err, "Reading the pod's egress identity token", "file", s.o.IdentityToken)
+			http.Error(w, "the pod's egress identity token is not readable", http.StatusServiceUnavailable)
+			return
+		}
+		writeJSON(w, http.StatusOK, &execdapi.IdentityResponse{PodToken: strings.TrimSpace(string(data))})
+	case http.MethodPut:
+		cr := &execdapi.CertificateRequest{}
+		if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxConfigBytes)).Decode(cr); err != nil {
+			http.Error(w, "the body is not a certificate request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		leaf, err := s.identity.Install([]byte(cr.CertificateChain))
+		if err != nil {
+			klog.InfoS("Refused a certificate", "err", err)
+			http.Error(w, "certificate refused: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		klog.InfoS("Serving the certificate sandbox-controller issued", "serverName", leaf.DNSNames, "notAfter", leaf.NotAfter)
+		writeJSON(w, http.StatusOK, map[string]any{"serverName": leaf.DNSNames[0], "notAfter": leaf.NotAfter})
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
 }
 
-func selfSigned() (*tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "sandbox-egress"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(100 * 365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
-}
+// maxTokenBytes bounds the projected token read: a JWT of a few kilobytes.
+const maxTokenBytes = 64 << 10
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/internal/firewall"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
@@ -118,5 +119,39 @@ func TestServePolicy(t *testing.T) {
 	}
 	if start, err := s.o.startConfig("pod-b"); err != nil || start.DefaultAction != egressapi.ActionAllow {
 		t.Errorf("another pod's saved state was used: %+v (%v)", start, err)
+	}
+}
+
+func TestServeIdentity(t *testing.T) {
+	id, err := execd.NewServerIdentityFor("", x509.NewCertPool(), func(string) bool { return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("the-egress-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{podUID: "pod-a", identity: id, o: &Options{IdentityToken: tokenFile}}
+	do := func(method, identity string, body []byte) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, egressapi.IdentityPath, bytes.NewReader(body))
+		req.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{Subject: pkix.Name{CommonName: identity}}}}}
+		w := httptest.NewRecorder()
+		s.controlMux().ServeHTTP(w, req)
+		return w
+	}
+	if w := do(http.MethodGet, execdapi.APIServerIdentity, nil); w.Code != http.StatusForbidden {
+		t.Errorf("sandbox-apiserver read the egress token: %d", w.Code)
+	}
+	w := do(http.MethodGet, execdapi.ControllerIdentity, nil)
+	var resp execdapi.IdentityResponse
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); w.Code != http.StatusOK || err != nil || resp.PodToken != "the-egress-token" {
+		t.Errorf("GET: %d %s", w.Code, w.Body)
+	}
+	body, _ := json.Marshal(execdapi.CertificateRequest{CertificateChain: "not a certificate"})
+	if w := do(http.MethodPut, execdapi.ControllerIdentity, body); w.Code != http.StatusBadRequest {
+		t.Errorf("PUT of garbage: %d %s", w.Code, w.Body)
+	}
+	if id.Certified() {
+		t.Error("certified by garbage")
 	}
 }

@@ -120,7 +120,7 @@ func TestIdentity(t *testing.T) {
 		{"another key's certificate", podCertificate(t, testCA().ca, &other.PublicKey, uid, pki.Leaf{}), "not for this execd's key"},
 		{"a client certificate", podCertificate(t, testCA().ca, pub, uid, pki.Leaf{CommonName: "x", DNSNames: []string{execdapi.PodServerName(uid)}, ClientAuth: true, Lifetime: time.Hour}), "does not verify"},
 		{"another CA's certificate", podCertificate(t, testCA().other, pub, uid, pki.Leaf{}), "does not verify"},
-		{"not a pod's name", podCertificate(t, testCA().ca, pub, uid, pki.Leaf{CommonName: "x", DNSNames: []string{"example.com"}, ServerAuth: true, Lifetime: time.Hour}), "not a pod server name"},
+		{"not a pod's name", podCertificate(t, testCA().ca, pub, uid, pki.Leaf{CommonName: "x", DNSNames: []string{"example.com"}, ServerAuth: true, Lifetime: time.Hour}), "not a server name of this server"},
 		{"no certificate", "", "no certificate"},
 	}
 	for _, tt := range refused {

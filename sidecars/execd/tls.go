@@ -35,6 +35,8 @@ type ServerIdentity struct {
 	key       *ecdsa.PrivateKey
 	stateDir  string
 	clientCAs *x509.CertPool
+	// isServerName says whether a certificate's DNS name is one this server may serve.
+	isServerName func(string) bool
 
 	mu        sync.RWMutex
 	cert      *tls.Certificate
@@ -45,16 +47,27 @@ type ServerIdentity struct {
 // only), or makes a key; clientCAs are the CAs whose clients it accepts, and whose certificate
 // for it it serves once certified.
 func NewServerIdentity(stateDir string, clientCAs *x509.CertPool) (*ServerIdentity, error) {
+	return NewServerIdentityFor(stateDir, clientCAs, isPodServerName)
+}
+
+// NewServerIdentityFor is NewServerIdentity for another server of the pod (sandbox-egress),
+// whose certificates name what isServerName accepts.
+func NewServerIdentityFor(stateDir string, clientCAs *x509.CertPool, isServerName func(string) bool) (*ServerIdentity, error) {
 	if clientCAs == nil {
-		return nil, errors.New("no client CA: sandbox-execd accepts only clients with a certificate of the kube-sandbox CA")
+		return nil, errors.New("no client CA: only clients with a certificate of the kube-sandbox CA are accepted")
 	}
-	return newServerIdentity(stateDir, clientCAs, time.Now())
+	return newServerIdentity(stateDir, clientCAs, isServerName, time.Now())
+}
+
+func isPodServerName(name string) bool {
+	_, ok := execdapi.PodUIDFromServerName(name)
+	return ok
 }
 
 // newServerIdentity loads the key and certificate from stateDir ("": keep them in memory only),
 // or makes a key.
-func newServerIdentity(stateDir string, clientCAs *x509.CertPool, now time.Time) (*ServerIdentity, error) {
-	id := &ServerIdentity{stateDir: stateDir, clientCAs: clientCAs}
+func newServerIdentity(stateDir string, clientCAs *x509.CertPool, isServerName func(string) bool, now time.Time) (*ServerIdentity, error) {
+	id := &ServerIdentity{stateDir: stateDir, clientCAs: clientCAs, isServerName: isServerName}
 	if stateDir != "" {
 		if err := os.MkdirAll(stateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("state directory: %w", err)
@@ -137,6 +150,11 @@ func (id *ServerIdentity) Certified() bool {
 	return id.certified != nil
 }
 
+// Install is install at the current time.
+func (id *ServerIdentity) Install(chainPEM []byte) (*x509.Certificate, error) {
+	return id.install(chainPEM, time.Now())
+}
+
 // install checks a certificate chain (PEM) for execd's key and serves it: the leaf must be
 // for this key, for server authentication, for a pod's server name, valid now, and chain to
 // the kube-sandbox CA. It keeps it in the state directory.
@@ -159,8 +177,8 @@ func (id *ServerIdentity) install(chainPEM []byte, now time.Time) (*x509.Certifi
 	if len(leaf.DNSNames) != 1 {
 		return nil, fmt.Errorf("the certificate names %d DNS names, want one pod server name", len(leaf.DNSNames))
 	}
-	if _, ok := execdapi.PodUIDFromServerName(leaf.DNSNames[0]); !ok {
-		return nil, fmt.Errorf("the certificate's name %q is not a pod server name", leaf.DNSNames[0])
+	if !id.isServerName(leaf.DNSNames[0]) {
+		return nil, fmt.Errorf("the certificate's name %q is not a server name of this server", leaf.DNSNames[0])
 	}
 	intermediates := x509.NewCertPool()
 	for _, c := range certs[1:] {

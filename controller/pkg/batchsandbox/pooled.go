@@ -97,7 +97,12 @@ func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.Ba
 	if claimErr != nil {
 		return reconcile.Result{}, claimErr
 	}
-	return result, egressErr
+	if egressErr != nil {
+		// The workqueue's backoff retries it (a pod whose sidecar is not up yet); the expiry
+		// deadline is computed again then.
+		return reconcile.Result{}, egressErr
+	}
+	return result, nil
 }
 
 // allocate gives idle pods of the pool to the missing replicas, recording each in byReplica.

@@ -195,7 +195,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if certErr != nil {
 		return reconcile.Result{}, certErr
 	}
-	return result, egressErr
+	if egressErr != nil {
+		// The workqueue's backoff retries it (a pod whose sidecar is not up yet); the expiry
+		// deadline is computed again then.
+		return reconcile.Result{}, egressErr
+	}
+	return result, nil
 }
 
 // expire marks the BatchSandbox Expired and deletes it; the finalizer then removes its pods.

@@ -2,14 +2,11 @@ package egress
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,16 +51,9 @@ var _ manager.LeaderElectionRunnable = &DenialWatcher{}
 
 // NewDenialWatcher presents creds' client certificate (see NewPusher for the server's).
 func NewDenialWatcher(creds execdclient.Credentials, recorder events.EventRecorder) *DenialWatcher {
-	return &DenialWatcher{Recorder: recorder, client: &http.Client{Transport: &http.Transport{
-		Proxy:       nil,
-		DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-		TLSClientConfig: &tls.Config{
-			GetClientCertificate: creds.GetClientCertificate,
-			MinVersion:           tls.VersionTLS13,
-			InsecureSkipVerify:   true, //nolint:gosec // see NewPusher
-		},
-		MaxIdleConnsPerHost: 1,
-	}}}
+	return &DenialWatcher{Recorder: recorder, client: &http.Client{Transport: execdclient.NewTransport(creds, execdclient.Options{
+		MaxIdleConnsPerHost: 1, PodUIDFromServerName: egressapi.PodUIDFromServerName,
+	})}}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -105,7 +95,7 @@ func (w *DenialWatcher) Watch(pod *corev1.Pod, bs *controlv1alpha1.BatchSandbox)
 	// The Event's object: the sandbox as it was; only its reference is used.
 	ref := &controlv1alpha1.BatchSandbox{TypeMeta: bs.TypeMeta, ObjectMeta: *bs.ObjectMeta.DeepCopy()}
 	ref.SetGroupVersionKind(controlv1alpha1.SchemeGroupVersion.WithKind("BatchSandbox"))
-	go w.watch(ctx, pod.UID, pod.Name, pod.Status.PodIP, ref)
+	go w.watch(ctx, pod.DeepCopy(), ref)
 }
 
 // Forget stops the watch of a pod that is gone.
@@ -121,8 +111,9 @@ func (w *DenialWatcher) Forget(uid types.UID) {
 	}
 }
 
-func (w *DenialWatcher) watch(ctx context.Context, uid types.UID, podName, ip string, bs *controlv1alpha1.BatchSandbox) {
-	logger := log.FromContext(ctx).WithValues("batchSandbox", bs.Namespace+"/"+bs.Name, "pod", podName)
+func (w *DenialWatcher) watch(ctx context.Context, pod *corev1.Pod, bs *controlv1alpha1.BatchSandbox) {
+	uid := pod.UID
+	logger := log.FromContext(ctx).WithValues("batchSandbox", bs.Namespace+"/"+bs.Name, "pod", pod.Name)
 	defer func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -130,14 +121,9 @@ func (w *DenialWatcher) watch(ctx context.Context, uid types.UID, podName, ip st
 			delete(w.running, uid)
 		}
 	}()
-	port := w.Port
-	if port == 0 {
-		port = egressapi.ControlPort
-	}
-	url := "https://" + net.JoinHostPort(ip, strconv.Itoa(port)) + egressapi.DenialsPath
 	failures, retry := 0, watchRetryMin
 	for ctx.Err() == nil {
-		d, err := w.poll(ctx, url)
+		d, err := w.poll(ctx, pod)
 		if err != nil {
 			failures++
 			if failures >= maxWatchFailures {
@@ -160,9 +146,9 @@ func (w *DenialWatcher) watch(ctx context.Context, uid types.UID, podName, ip st
 	}
 }
 
-func (w *DenialWatcher) poll(ctx context.Context, url string) (egressapi.Denials, error) {
+func (w *DenialWatcher) poll(ctx context.Context, pod *corev1.Pod) (egressapi.Denials, error) {
 	var d egressapi.Denials
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := request(ctx, pod, w.Port, http.MethodGet, egressapi.DenialsPath, nil)
 	if err != nil {
 		return d, err
 	}

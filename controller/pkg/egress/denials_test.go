@@ -3,9 +3,7 @@ package egress
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -62,18 +60,17 @@ func TestDenialEvents(t *testing.T) {
 
 func TestDenialWatcher(t *testing.T) {
 	var polls atomic.Int32
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	a := testAuthority(t)
+	host, port := egressServer(t, a, egressapi.ServerName("u"), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if polls.Add(1) == 1 {
 			_ = json.NewEncoder(w).Encode(egressapi.Denials{Names: map[string]int{"evil.example": 2}})
 			return
 		}
 		<-r.Context().Done() // nothing more to say: the poll waits
 	}))
-	defer srv.Close()
-	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	rec := events.NewFakeRecorder(10)
-	w := NewDenialWatcher(noCreds{}, rec)
-	w.Port, _ = strconv.Atoi(port)
+	w := NewDenialWatcher(a, rec)
+	w.Port = port
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = w.Start(ctx); close(done) }()

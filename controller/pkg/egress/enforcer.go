@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +19,9 @@ type Enforcer struct {
 	Image  string
 	Source *Source
 	Pusher *Pusher
+	// Certifier certifies each pod's sandbox-egress (an identity.Certifier for it), before
+	// anything is pushed to it; nil: none (tests).
+	Certifier PodCertifier
 	// Denials reports denied names as Events; nil: none.
 	Denials *DenialWatcher
 }
@@ -26,6 +30,9 @@ type Enforcer struct {
 func (e *Enforcer) Forget(uid types.UID) {
 	e.Pusher.Forget(uid)
 	e.Denials.Forget(uid)
+	if e.Certifier != nil {
+		e.Certifier.Forget(uid)
+	}
 }
 
 // SandboxConfig is the Config of the pods of bs (PodUID left empty): its own policy, else its
@@ -75,8 +82,23 @@ func (e *Enforcer) Sidecar(cfg egressapi.Config) *sandboxpod.Egress {
 	return &sandboxpod.Egress{Image: e.Image, Config: cfg}
 }
 
-// Ensure pushes cfg, for pod, to the pod's sandbox-egress unless it has it already.
+// PodCertifier certifies a pod's sandbox-egress (identity.Certifier).
+type PodCertifier interface {
+	Ensure(ctx context.Context, pod *corev1.Pod) error
+	Forget(uid types.UID)
+}
+
+// Ensure pushes cfg, for pod, to the pod's sandbox-egress unless it has it already, once that
+// sandbox-egress proved to be the pod's.
 func (e *Enforcer) Ensure(ctx context.Context, pod *corev1.Pod, cfg egressapi.Config) error {
 	cfg.PodUID = string(pod.UID)
+	if e.Pusher.Applied(pod, cfg.Revision) {
+		return nil
+	}
+	if e.Certifier != nil {
+		if err := e.Certifier.Ensure(ctx, pod); err != nil {
+			return fmt.Errorf("certify the sandbox-egress of pod %s: %w", pod.Name, err)
+		}
+	}
 	return e.Pusher.Ensure(ctx, pod, &cfg)
 }

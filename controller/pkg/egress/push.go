@@ -3,13 +3,13 @@ package egress
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -59,28 +59,28 @@ func appliedKey(pod *corev1.Pod, revision string) string {
 	return revision + "/" + strconv.Itoa(int(restarts))
 }
 
-// NewPusher presents creds' client certificate (sandbox-controller's) to sandbox-egress.
-//
-// sandbox-egress serves a certificate of its own making, which nothing verifies: what the
-// controller must know is that the policy reached that pod, and the answer names the pod UID
-// that sandbox-egress read from the downward API (a Config for another pod is refused). Only
-// something in the pod's own network namespace could answer in its stead, and only while
-// sandbox-egress is down: the filter it left then stays in force, and the pod is not Ready.
+// NewPusher presents creds' client certificate (sandbox-controller's) to sandbox-egress, and
+// verifies that what answers is the sandbox-egress of the pod meant: its certificate, issued
+// by the controller (package identity) to the key that pod's egress container holds, names
+// egressapi.ServerName(pod UID). Code in the sandbox, which shares the pod's network namespace
+// and can bind the port while the sidecar is down, holds no such key.
 func NewPusher(creds execdclient.Credentials) *Pusher {
 	return &Pusher{client: &http.Client{
 		Timeout: pushTimeout,
-		Transport: &http.Transport{
-			Proxy:       nil,
-			DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-			TLSClientConfig: &tls.Config{
-				GetClientCertificate: creds.GetClientCertificate,
-				MinVersion:           tls.VersionTLS13,
-				InsecureSkipVerify:   true, //nolint:gosec // see NewPusher
-			},
-			MaxIdleConnsPerHost: 1,
-			IdleConnTimeout:     30 * time.Second,
-		},
+		Transport: execdclient.NewTransport(creds, execdclient.Options{
+			ResponseHeaderTimeout: pushTimeout, MaxIdleConnsPerHost: 1, PodUIDFromServerName: egressapi.PodUIDFromServerName,
+		}),
 	}}
+}
+
+// request is a request to the sandbox-egress of pod.
+func request(ctx context.Context, pod *corev1.Pod, port int, method, path string, body io.Reader) (*http.Request, error) {
+	if port == 0 {
+		port = egressapi.ControlPort
+	}
+	target := execdclient.Target{PodIP: pod.Status.PodIP, PodUID: string(pod.UID), Port: port}
+	u := &url.URL{Scheme: "https", Host: net.JoinHostPort(egressapi.ServerName(string(pod.UID)), strconv.Itoa(port)), Path: path}
+	return http.NewRequestWithContext(execdclient.WithTarget(ctx, target), method, u.String(), body)
 }
 
 // Applied reports whether the pod's current sandbox-egress confirmed the revision.
@@ -124,12 +124,7 @@ func (p *Pusher) Push(ctx context.Context, pod *corev1.Pod, cfg *egressapi.Confi
 	if err != nil {
 		return nil, err
 	}
-	port := p.Port
-	if port == 0 {
-		port = egressapi.ControlPort
-	}
-	url := "https://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)) + egressapi.PolicyPath
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url, bytes.NewReader(body))
+	req, err := request(ctx, pod, p.Port, http.MethodPut, egressapi.PolicyPath, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package egress
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"net"
@@ -12,25 +11,63 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
-type noCreds struct{}
-
-func (noCreds) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-	return &tls.Certificate{}, nil
+// testAuthority is a kube-sandbox CA, as sandbox-controller holds it.
+func testAuthority(t *testing.T) *pki.Authority {
+	t.Helper()
+	ca, err := pki.NewCA("kube-sandbox-ca@1", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := pki.NewAuthority(nil)
+	a.Set(ca, nil)
+	return a
 }
-func (noCreds) RootCAs() *x509.CertPool { return nil }
 
-// fakeEgress answers PUT /v1/policy as sandbox-egress does, for pod podUID.
+// egressServer serves h over TLS with a certificate the authority issued for serverName, as a
+// certified sandbox-egress does.
+func egressServer(t *testing.T, a *pki.Authority, serverName string, h http.Handler) (ip string, port int) {
+	t.Helper()
+	key, err := pki.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, _, err := a.IssueServerCertificate(key.Public(), serverName, "ns", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := pki.EncodeKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(chain, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAnyClientCert}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	host, p, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	port, _ = strconv.Atoi(p)
+	return host, port
+}
+
+// fakeEgress answers PUT /v1/policy as sandbox-egress does, certified for pod podUID.
 func fakeEgress(t *testing.T, podUID string, answer func(cfg *egressapi.Config) (int, any)) (*Pusher, *corev1.Pod, *atomic.Int32) {
 	t.Helper()
 	var puts atomic.Int32
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	a := testAuthority(t)
+	ip, port := egressServer(t, a, egressapi.ServerName(podUID), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPut || r.URL.Path != egressapi.PolicyPath {
 			http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusBadRequest)
 			return
@@ -45,11 +82,9 @@ func fakeEgress(t *testing.T, podUID string, answer func(cfg *egressapi.Config) 
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(body)
 	}))
-	t.Cleanup(srv.Close)
-	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	p := NewPusher(noCreds{})
-	p.Port, _ = strconv.Atoi(port)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "pod-uid"}, Status: corev1.PodStatus{PodIP: host}}
+	p := NewPusher(a)
+	p.Port = port
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "pod-uid"}, Status: corev1.PodStatus{PodIP: ip}}
 	return p, pod, &puts
 }
 
@@ -102,8 +137,26 @@ func TestPusherEnsure(t *testing.T) {
 			t.Fatalf("err = %v, want Rejected 422", err)
 		}
 	})
+	t.Run("a server certified for another pod is not that pod's sandbox-egress", func(t *testing.T) {
+		p, pod, puts := fakeEgress(t, "another-pod", ok)
+		if err := p.Ensure(context.Background(), pod, config()); err == nil || puts.Load() != 0 {
+			t.Fatalf("err = %v after %d pushes, want a TLS error before any", err, puts.Load())
+		}
+	})
+	t.Run("execd's certificate is not sandbox-egress's", func(t *testing.T) {
+		a := testAuthority(t)
+		ip, port := egressServer(t, a, execdapi.PodServerName("pod-uid"), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+			t.Error("a request reached a server with execd's certificate")
+		}))
+		p := NewPusher(a)
+		p.Port = port
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "pod-uid"}, Status: corev1.PodStatus{PodIP: ip}}
+		if err := p.Ensure(context.Background(), pod, config()); err == nil {
+			t.Fatal("no error")
+		}
+	})
 	t.Run("a pod without an IP", func(t *testing.T) {
-		p := NewPusher(noCreds{})
+		p := NewPusher(testAuthority(t))
 		if err := p.Ensure(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, config()); err == nil {
 			t.Fatal("no error")
 		}

@@ -13,12 +13,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -68,7 +71,7 @@ type ErrNotThePod struct {
 }
 
 func (e *ErrNotThePod) Error() string {
-	return fmt.Sprintf("the execd at the IP of pod %s did not prove to be that pod: %s", e.Pod, e.Reason)
+	return fmt.Sprintf("the server at the IP of pod %s did not prove to be that pod's: %s", e.Pod, e.Reason)
 }
 
 // Certifier certifies pods, and remembers which containers it certified (or found certified),
@@ -76,8 +79,14 @@ func (e *ErrNotThePod) Error() string {
 type Certifier struct {
 	Authority *pki.Authority
 	Reviewer  TokenReviewer
-	// Port overrides execdapi.Port (tests).
+	// Port overrides execdapi.Port (tests, and sandbox-egress's certifier).
 	Port int
+	// The server certified: execd unless set. Audience of its pod's token, the DNS name of its
+	// certificate, and the container whose ID marks it certified (a restarted container with
+	// a new ID is probed again).
+	Audience      string
+	ServerName    func(podUID string) string
+	ContainerName string
 
 	mu        sync.Mutex
 	certified map[types.UID]string // pod UID -> container ID
@@ -93,7 +102,7 @@ type call struct {
 func (c *Certifier) Certified(pod *corev1.Pod) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rid := sandboxpod.RuntimeID(pod)
+	rid := c.containerID(pod)
 	return rid != "" && c.certified[pod.UID] == rid
 }
 
@@ -112,7 +121,7 @@ func (c *Certifier) Ensure(ctx context.Context, pod *corev1.Pod) error {
 	if pod.Status.PodIP == "" {
 		return fmt.Errorf("pod %s has no IP yet", pod.Name)
 	}
-	rid := sandboxpod.RuntimeID(pod)
+	rid := c.containerID(pod)
 	c.mu.Lock()
 	if c.certified == nil {
 		c.certified, c.inflight = map[types.UID]string{}, map[types.UID]*call{}
@@ -149,21 +158,79 @@ func (c *Certifier) ensure(ctx context.Context, pod *corev1.Pod) error {
 	if err := c.Authority.Wait(ctx); err != nil {
 		return err
 	}
-	target := execdclient.Target{PodIP: pod.Status.PodIP, PodUID: string(pod.UID), Port: c.Port}
-	if err := execdclient.Probe(ctx, c.Authority, target); err == nil {
+	if err := c.probe(ctx, pod); err == nil {
 		return nil
 	}
 	return c.Certify(ctx, pod)
 }
+
+func (c *Certifier) audience() string {
+	if c.Audience == "" {
+		return execdapi.IdentityAudience
+	}
+	return c.Audience
+}
+
+func (c *Certifier) serverName(pod *corev1.Pod) string {
+	if c.ServerName == nil {
+		return execdapi.PodServerName(string(pod.UID))
+	}
+	return c.ServerName(string(pod.UID))
+}
+
+func (c *Certifier) port() int {
+	if c.Port == 0 {
+		return execdapi.Port
+	}
+	return c.Port
+}
+
+// containerID is the ID of the container whose server is certified.
+func (c *Certifier) containerID(pod *corev1.Pod) string {
+	if c.ContainerName == "" {
+		return sandboxpod.RuntimeID(pod)
+	}
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if cs.Name == c.ContainerName {
+				return cs.ContainerID
+			}
+		}
+	}
+	return ""
+}
+
+// probe reports whether the server at the pod's IP presents a valid certificate for the pod,
+// with one TLS handshake and nothing else.
+func (c *Certifier) probe(ctx context.Context, pod *corev1.Pod) error {
+	roots := c.Authority.RootCAs()
+	if roots == nil {
+		return execdclient.ErrNoTrust
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(c.port())))
+	if err != nil {
+		return err
+	}
+	cfg := execdclient.ClientTLSConfig(c.Authority, roots)
+	cfg.ServerName = c.serverName(pod)
+	tc := tls.Client(conn, cfg)
+	defer func() { _ = tc.Close() }()
+	return tc.HandshakeContext(ctx)
+}
+
+// probeTimeout bounds a probe: one TLS handshake with a pod.
+const probeTimeout = 2 * time.Second
 
 // Certify certifies the execd at the pod's IP for the pod, if it proves to be that pod.
 func (c *Certifier) Certify(ctx context.Context, pod *corev1.Pod) error {
 	logger := log.FromContext(ctx).WithValues("pod", client.ObjectKeyFromObject(pod))
 	ctx, cancel := context.WithTimeout(ctx, certifyTimeout)
 	defer cancel()
-	conn, leaf, err := execdclient.DialUnverified(ctx, c.Authority, pod.Status.PodIP, c.Port)
+	conn, leaf, err := execdclient.DialUnverified(ctx, c.Authority, pod.Status.PodIP, c.port())
 	if err != nil {
-		return fmt.Errorf("connect to the execd of pod %s: %w", pod.Name, err)
+		return fmt.Errorf("connect to the server of pod %s on port %d: %w", pod.Name, c.port(), err)
 	}
 	defer func() { _ = conn.Close() }()
 	if deadline, ok := ctx.Deadline(); ok {
@@ -182,7 +249,7 @@ func (c *Certifier) Certify(ctx context.Context, pod *corev1.Pod) error {
 	if err := c.verify(ctx, pod, id.PodToken); err != nil {
 		return err
 	}
-	chain, cert, err := c.Authority.IssuePodCertificate(leaf.PublicKey, string(pod.UID), pod.Namespace, pod.Name)
+	chain, cert, err := c.Authority.IssueServerCertificate(leaf.PublicKey, c.serverName(pod), pod.Namespace, pod.Name)
 	if err != nil {
 		return err
 	}
@@ -190,13 +257,13 @@ func (c *Certifier) Certify(ctx context.Context, pod *corev1.Pod) error {
 	if _, err := roundTrip(rw, http.MethodPut, req); err != nil {
 		return fmt.Errorf("give pod %s its certificate: %w", pod.Name, err)
 	}
-	logger.V(4).Info("certified the execd of a pod", "notAfter", cert.NotAfter)
+	logger.V(4).Info("certified a server of a pod", "serverName", c.serverName(pod), "notAfter", cert.NotAfter)
 	return nil
 }
 
 // verify checks that token is bound to pod.
 func (c *Certifier) verify(ctx context.Context, pod *corev1.Pod, token string) error {
-	st, err := c.Reviewer.Review(ctx, token, []string{execdapi.IdentityAudience})
+	st, err := c.Reviewer.Review(ctx, token, []string{c.audience()})
 	if err != nil {
 		return err
 	}
@@ -206,8 +273,8 @@ func (c *Certifier) verify(ctx context.Context, pod *corev1.Pod, token string) e
 	switch {
 	case !st.Authenticated:
 		return notThePod("its token does not authenticate: %s", st.Error)
-	case !slices.Contains(st.Audiences, execdapi.IdentityAudience):
-		return notThePod("its token is not for audience %s", execdapi.IdentityAudience)
+	case !slices.Contains(st.Audiences, c.audience()):
+		return notThePod("its token is not for audience %s", c.audience())
 	case first(st.User.Extra[extraPodUID]) != string(pod.UID):
 		return notThePod("its token is bound to pod %s (uid %s)", first(st.User.Extra[extraPodName]), first(st.User.Extra[extraPodUID]))
 	case !strings.HasPrefix(st.User.Username, "system:serviceaccount:"+pod.Namespace+":"):

@@ -28,7 +28,9 @@ const DefaultMaxConcurrentReconciles = 8
 type Reconciler struct {
 	Client    client.Client
 	Certifier *Certifier
-	Recorder  events.EventRecorder
+	// Egress certifies the pods' sandbox-egress the same way; nil: pods have none.
+	Egress   *Certifier
+	Recorder events.EventRecorder
 }
 
 var _ reconcile.Reconciler = &Reconciler{}
@@ -58,21 +60,47 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, err
 	}
+	certifiers := []*Certifier{r.Certifier}
+	if r.Egress != nil && hasContainer(pod, r.Egress.ContainerName) {
+		certifiers = append(certifiers, r.Egress)
+	}
 	if pod.DeletionTimestamp != nil {
-		r.Certifier.Forget(pod.UID)
+		for _, c := range certifiers {
+			c.Forget(pod.UID)
+		}
 		return reconcile.Result{}, nil
 	}
-	if !sandboxpod.Ready(pod) || pod.Status.PodIP == "" || r.Certifier.Certified(pod) {
+	if !sandboxpod.Ready(pod) || pod.Status.PodIP == "" {
 		return reconcile.Result{}, nil
 	}
-	err := r.Certifier.Ensure(ctx, pod)
-	var notThePod *ErrNotThePod
-	if errors.As(err, &notThePod) && r.Recorder != nil {
-		r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonIdentityFailed, "Certify", "%v", err)
+	var err error
+	for _, c := range certifiers {
+		if c.Certified(pod) {
+			continue
+		}
+		err = c.Ensure(ctx, pod)
+		var notThePod *ErrNotThePod
+		if errors.As(err, &notThePod) && r.Recorder != nil {
+			r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonIdentityFailed, "Certify", "%v", err)
+		}
+		if err != nil {
+			break
+		}
 	}
 	// Errors come back with the workqueue's backoff: a pod whose execd is not up yet, or one
 	// whose identity does not verify, is not retried in a loop.
 	return reconcile.Result{}, err
+}
+
+func hasContainer(pod *corev1.Pod, name string) bool {
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if c.Name == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // controlledByUs reports whether o's controller is a BatchSandbox or a Pool.

@@ -37,6 +37,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pool"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 )
 
 // Options are the flags of sandbox-controller.
@@ -236,7 +237,13 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("set up pki controller: %w", err)
 	}
 	certifier := &identity.Certifier{Authority: authority, Reviewer: identity.ClientReviewer{Client: mgr.GetClient()}}
-	if err := (&identity.Reconciler{Client: mgr.GetClient(), Certifier: certifier, Recorder: recorder}).SetupWithManager(mgr); err != nil {
+	var egressCertifier *identity.Certifier
+	if !o.DisableEgress {
+		// sandbox-egress is certified as execd is, for a name and with a token of its own.
+		egressCertifier = &identity.Certifier{Authority: authority, Reviewer: identity.ClientReviewer{Client: mgr.GetClient()},
+			Port: egressapi.ControlPort, Audience: egressapi.IdentityAudience, ServerName: egressapi.ServerName, ContainerName: egressapi.ContainerName}
+	}
+	if err := (&identity.Reconciler{Client: mgr.GetClient(), Certifier: certifier, Egress: egressCertifier, Recorder: recorder}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pod identity controller: %w", err)
 	}
 	var enforcer *egress.Enforcer
@@ -248,7 +255,8 @@ func (o *Options) Run(ctx context.Context) error {
 		enforcer = &egress.Enforcer{
 			Image:   image,
 			Source:  &egress.Source{Reader: mgr.GetClient(), Namespace: o.PKINamespace, Name: o.EgressConfigMap},
-			Pusher:  egress.NewPusher(authority),
+			Pusher:    egress.NewPusher(authority),
+			Certifier: egressCertifier,
 			Denials: egress.NewDenialWatcher(authority, recorder),
 		}
 		if err := mgr.Add(enforcer.Denials); err != nil {

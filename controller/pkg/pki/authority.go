@@ -153,6 +153,12 @@ func (a *Authority) clientCertificate(ca *CA) (*tls.Certificate, error) {
 // execd proved it holds: the name execdapi.PodServerName(podUID) and, for people, the pod's
 // namespace and name. It returns the certificate and its chain as PEM.
 func (a *Authority) IssuePodCertificate(pub crypto.PublicKey, podUID, namespace, name string) ([]byte, *x509.Certificate, error) {
+	return a.IssueServerCertificate(pub, execdapi.PodServerName(podUID), namespace, name)
+}
+
+// IssueServerCertificate is IssuePodCertificate for another server of the pod, whose name is
+// dnsName (sandbox-egress's).
+func (a *Authority) IssueServerCertificate(pub crypto.PublicKey, dnsName, namespace, name string) ([]byte, *x509.Certificate, error) {
 	a.mu.RLock()
 	ca := a.current
 	a.mu.RUnlock()
@@ -161,7 +167,7 @@ func (a *Authority) IssuePodCertificate(pub crypto.PublicKey, podUID, namespace,
 	}
 	cert, err := ca.Issue(Leaf{
 		CommonName: "pod:" + namespace + "/" + name,
-		DNSNames:   []string{execdapi.PodServerName(podUID)},
+		DNSNames:   []string{dnsName},
 		ServerAuth: true,
 		Lifetime:   podCertLifetime,
 	}, pub, a.clock.Now())

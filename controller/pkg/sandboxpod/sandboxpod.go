@@ -29,7 +29,7 @@ const ExecdInstallPath = "/usr/local/bin/sandbox-execd"
 // InjectionVersion names how Inject wires a pod; it is part of a pool's revision, so that idle
 // pods made by an older controller are replaced by its successor's. Raise it when Inject
 // changes in a way old pods cannot serve.
-const InjectionVersion = "3"
+const InjectionVersion = "4"
 
 // identityTokenSeconds is the life of the projected identity token: the kubelet renews it at
 // 80%; the controller reads it only to certify a pod, right after the pod starts.
@@ -298,10 +298,19 @@ func Failure(p *corev1.Pod) *Problem {
 // ever has an unfiltered network.
 func injectEgress(spec *corev1.PodSpec, e *Egress, clientCA []byte, readinessPeriod int32) {
 	cfg, _ := json.Marshal(e.Config)
-	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: egressapi.StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
-		// The last Config applied: a few kilobytes, in memory.
-		Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi")),
-	}}})
+	spec.Volumes = append(spec.Volumes,
+		corev1.Volume{Name: egressapi.StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			// The last Config applied, the serving key and certificate: a few kilobytes, in memory.
+			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi")),
+		}}},
+		corev1.Volume{Name: egressapi.IdentityVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				// Only sandbox-controller accepts this audience, and only the egress container
+				// mounts it: code in the sandbox cannot pass for sandbox-egress.
+				Audience: egressapi.IdentityAudience, ExpirationSeconds: ptr.To(int64(identityTokenSeconds)), Path: "token",
+			}}},
+		}}},
+	)
 	probe := func(period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: egressapi.ReadyzPath, Port: intstr.FromInt32(egressapi.HealthPort)}},
@@ -320,7 +329,10 @@ func injectEgress(spec *corev1.PodSpec, e *Egress, clientCA []byte, readinessPer
 			{Name: egressapi.EnvConfig, Value: string(cfg)},
 			{Name: egressapi.EnvClientCA, Value: string(clientCA)},
 		},
-		VolumeMounts: []corev1.VolumeMount{{Name: egressapi.StateVolume, MountPath: egressapi.StateDir}},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: egressapi.StateVolume, MountPath: egressapi.StateDir},
+			{Name: egressapi.IdentityVolume, MountPath: egressapi.IdentityDir, ReadOnly: true},
+		},
 		// Startup: the other containers wait for the filter. Readiness: a policy that cannot be
 		// applied makes the pod not Ready (as slowly probed as execd's in a pool, where
 		// hundreds of idle pods would otherwise cost the node a CPU).

@@ -59,8 +59,8 @@ func TestInjectEgress(t *testing.T) {
 	}
 	mounted := false
 	for _, m := range spec.Containers[0].VolumeMounts {
-		if m.Name == egressapi.StateVolume {
-			t.Error("the sandbox container mounts sandbox-egress's state")
+		if m.Name == egressapi.StateVolume || m.Name == egressapi.IdentityVolume {
+			t.Errorf("the sandbox container mounts sandbox-egress's %s", m.Name)
 		}
 	}
 	for _, m := range e.VolumeMounts {

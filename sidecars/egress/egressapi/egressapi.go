@@ -9,10 +9,15 @@
 //
 // sandbox-egress serves HTTPS on ControlPort and accepts only clients that present a
 // certificate of the kube-sandbox CA for sandbox-controller (the same CA and identities as
-// sandbox-execd's, execdapi.ControllerIdentity). It serves plain HTTP on HealthPort: kubelet
-// probes (HealthzPath, ReadyzPath) and Prometheus metrics (MetricsPath), which say nothing a
+// sandbox-execd's, execdapi.ControllerIdentity). Its serving certificate is its pod's, for
+// ServerName(pod UID), certified by sandbox-controller as execd's is (IdentityPath, with a
+// projected token of IdentityAudience that only the egress container mounts), so that the
+// controller knows it reached that pod's sandbox-egress and not code in the sandbox, which
+// shares the pod's network namespace. It serves plain HTTP on HealthPort: kubelet probes
+// (HealthzPath, ReadyzPath) and Prometheus metrics (MetricsPath), which say nothing a
 // sandbox's own code could not learn.
 //
+//	GET, PUT ControlPort IdentityPath  the pod's egress token; its serving certificate
 //	PUT ControlPort PolicyPath   a Config: apply it, answer a Status (200) or why not (4xx/5xx)
 //	GET ControlPort PolicyPath   the Status
 //	GET ControlPort DenialsPath  waits for names the policy denied, answers Denials (a long
@@ -23,8 +28,31 @@
 package egressapi
 
 import (
+	"strings"
 	"time"
 )
+
+// IdentityAudience is the audience of the token projected into the egress container only. It
+// proves to sandbox-controller which pod's sandbox-egress answers; the sandbox container,
+// which has execd's token (another audience), cannot pass for it.
+const IdentityAudience = "egress.kube-sandbox.io"
+
+// serverNameSuffix: see ServerName.
+const serverNameSuffix = ".egress.kube-sandbox.internal"
+
+// ServerName is the DNS name of the serving certificate of the sandbox-egress in the pod with
+// that UID. It differs from execd's, so that execd's certificate (whose key code in the sandbox
+// can read) never passes for sandbox-egress.
+func ServerName(podUID string) string { return podUID + serverNameSuffix }
+
+// PodUIDFromServerName is the pod UID of a ServerName; ok is false for any other name.
+func PodUIDFromServerName(name string) (uid string, ok bool) {
+	uid, ok = strings.CutSuffix(name, serverNameSuffix)
+	if !ok || uid == "" || strings.Contains(uid, ".") {
+		return "", false
+	}
+	return uid, true
+}
 
 // Ports. High, clear of what users start and below the ephemeral range, next to execd's.
 const (
@@ -39,7 +67,8 @@ const (
 
 // Paths.
 const (
-	PolicyPath  = "/v1/policy"
+	PolicyPath   = "/v1/policy"
+	IdentityPath = "/v1/identity"
 	DenialsPath = "/v1/denials"
 	HealthzPath = "/healthz"
 	ReadyzPath  = "/readyz"
@@ -61,6 +90,11 @@ const (
 	// pod's current policy rather than its first.
 	StateVolume = "kube-sandbox-egress-state"
 	StateDir    = "/run/kube-sandbox-egress"
+	// IdentityVolume is the projected token (IdentityAudience), mounted in the egress
+	// container only, at IdentityTokenPath.
+	IdentityVolume    = "kube-sandbox-egress-identity"
+	IdentityDir       = "/run/kube-sandbox-egress-identity"
+	IdentityTokenPath = IdentityDir + "/token"
 
 	// EnvPodUID is the pod's UID (downward API).
 	EnvPodUID = "POD_UID"

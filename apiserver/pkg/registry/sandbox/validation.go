@@ -155,7 +155,7 @@ func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.P
 			switch v.Name {
 			case execdapi.BinaryVolume, execdapi.StateVolume, execdapi.IdentityVolume:
 				allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-execd"))
-			case egressapi.StateVolume:
+			case egressapi.StateVolume, egressapi.IdentityVolume:
 				allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-egress"))
 			}
 		}
