@@ -253,11 +253,11 @@ func (o *Options) Run(ctx context.Context) error {
 			image = o.ExecdImage
 		}
 		enforcer = &egress.Enforcer{
-			Image:   image,
-			Source:  &egress.Source{Reader: mgr.GetClient(), Namespace: o.PKINamespace, Name: o.EgressConfigMap},
+			Image:     image,
+			Source:    &egress.Source{Reader: mgr.GetClient(), Namespace: o.PKINamespace, Name: o.EgressConfigMap},
 			Pusher:    egress.NewPusher(authority),
 			Certifier: egressCertifier,
-			Denials: egress.NewDenialWatcher(authority, recorder),
+			Denials:   egress.NewDenialWatcher(authority, recorder),
 		}
 		if err := mgr.Add(enforcer.Denials); err != nil {
 			return err

@@ -69,10 +69,10 @@ const (
 const (
 	PolicyPath   = "/v1/policy"
 	IdentityPath = "/v1/identity"
-	DenialsPath = "/v1/denials"
-	HealthzPath = "/healthz"
-	ReadyzPath  = "/readyz"
-	MetricsPath = "/metrics"
+	DenialsPath  = "/v1/denials"
+	HealthzPath  = "/healthz"
+	ReadyzPath   = "/readyz"
+	MetricsPath  = "/metrics"
 )
 
 // SocketMark marks the sockets of sandbox-egress's own upstream DNS queries (SO_MARK, which
