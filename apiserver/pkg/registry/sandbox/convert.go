@@ -39,16 +39,18 @@ func toBatchSandbox(sbx *sandboxv1alpha1.Sandbox) *controlv1alpha1.BatchSandbox 
 	if sbx.Spec.PoolRef != nil {
 		bs.Spec.PoolRef = &controlv1alpha1.PoolReference{Name: sbx.Spec.PoolRef.Name}
 	}
-	return bs.DeepCopy()
+	bs = bs.DeepCopy()
+	storeManagedFields(bs, sbx.ManagedFields)
+	return bs
 }
 
 // fromBatchSandbox presents a stored BatchSandbox as a Sandbox. The metadata is the
-// BatchSandbox's (same UID, resourceVersion and timestamps), except managedFields, which
-// describe the CRD's fields and would mislead.
+// BatchSandbox's (same UID, resourceVersion and timestamps), except managedFields: the
+// Sandbox's own (AnnotationManagedFields) and the status managers.
 func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox {
 	bs = bs.DeepCopy()
 	meta := bs.ObjectMeta
-	meta.ManagedFields = nil
+	meta.ManagedFields, meta.Annotations = loadManagedFields(bs)
 	sbx := &sandboxv1alpha1.Sandbox{
 		TypeMeta: metav1.TypeMeta{
 			APIVersion: sandboxv1alpha1.SchemeGroupVersion.String(),

@@ -26,7 +26,9 @@ func TestToBatchSandbox(t *testing.T) {
 	sbx.UID = "user-uid"
 	sbx.Generation = 4
 	sbx.CreationTimestamp = metav1.NewTime(time.Unix(1700000000, 0))
-	sbx.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	// The Sandbox's managers are kept in an annotation (the BatchSandbox's managedFields are
+	// the CRD's writers'); status managers are the controller's, on the BatchSandbox.
+	sbx.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}, {Manager: "sandbox-controller", Subresource: "status"}}
 	sbx.Status = sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, Ready: 1}
 
 	want := &controlv1alpha1.BatchSandbox{
@@ -35,7 +37,7 @@ func TestToBatchSandbox(t *testing.T) {
 			GenerateName:    "demo-",
 			Namespace:       "ns",
 			Labels:          map[string]string{"team": "a"},
-			Annotations:     map[string]string{"note": "x"},
+			Annotations:     map[string]string{"note": "x", AnnotationManagedFields: `[{"manager":"kubectl"}]`},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: "owner-uid"}},
 			Finalizers:      []string{"example.com/keep"},
 			ResourceVersion: "7",
@@ -202,6 +204,20 @@ func TestFromBatchSandbox(t *testing.T) {
 	}{
 		{
 			name: "system metadata kept, managedFields dropped, status copied",
+		},
+		{
+			name: "the Sandbox's managers from the annotation, which it does not show, and the status managers",
+			modify: func(bs *controlv1alpha1.BatchSandbox) {
+				bs.Annotations = map[string]string{AnnotationManagedFields: `[{"manager":"flux","operation":"Apply"}]`}
+				bs.ManagedFields = append(bs.ManagedFields, metav1.ManagedFieldsEntry{Manager: "sandbox-controller", Operation: metav1.ManagedFieldsOperationUpdate,
+					APIVersion: "control.kube-sandbox.io/v1alpha1", Subresource: "status"})
+			},
+			want: func(s *sandboxv1alpha1.Sandbox) {
+				s.ManagedFields = []metav1.ManagedFieldsEntry{
+					{Manager: "flux", Operation: metav1.ManagedFieldsOperationApply},
+					{Manager: "sandbox-controller", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "sandbox.kube-sandbox.io/v1alpha1", Subresource: "status"},
+				}
+			},
 		},
 		{
 			name: "deletionTimestamp makes the phase Terminating",

@@ -186,16 +186,19 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 }
 
 // Update implements rest.Updater; patches (merge, JSON, strategic merge, apply) arrive here too,
-// already applied to the current object. Labels, annotations, replicas and autoRenew may
-// change; what made the pods may not; status is the server's.
-func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, _ rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, _ bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	var out *sandboxv1alpha1.Sandbox
+// already applied to the current object. Labels, annotations, replicas, autoRenew and the
+// network policy may change; what made the pods may not; status is the server's. A
+// server-side apply (forceAllowCreate) of a sandbox that does not exist creates it, as for
+// built-in resources.
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	var out runtime.Object
+	created := false
 	// As the generic registry does: a write that lost a race with another writer (the
 	// controller updates status all the time) is tried again on the new version, unless the
 	// caller asked for a specific resourceVersion.
 	err := retry.OnError(retry.DefaultRetry, func(err error) bool { return errors.Is(err, errConflict) }, func() error {
 		var err error
-		out, err = r.tryUpdate(ctx, name, objInfo, updateValidation, options)
+		out, created, err = r.tryUpdate(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
 		return err
 	})
 	if errors.Is(err, errConflict) {
@@ -204,18 +207,56 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	if err != nil {
 		return nil, false, err
 	}
-	return out, false, nil
+	return out, created, nil
 }
 
 const conflictMessage = "the object has been modified; please apply your changes to the latest version and try again"
 
-func (r *REST) tryUpdate(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, updateValidation rest.ValidateObjectUpdateFunc, options *metav1.UpdateOptions) (*sandboxv1alpha1.Sandbox, error) {
+func (r *REST) tryUpdate(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	bs := &controlv1alpha1.BatchSandbox{}
 	key := client.ObjectKey{Namespace: genericapirequest.NamespaceValue(ctx), Name: name}
 	if err := r.backend.Get(ctx, key, bs); err != nil {
-		// Sandboxes are created by POST only: an update never creates one.
-		return nil, translateError(err, name)
+		if apierrors.IsNotFound(err) && forceAllowCreate {
+			return r.createOnUpdate(ctx, name, objInfo, createValidation, options)
+		}
+		// A PUT or a patch other than apply never creates a sandbox.
+		return nil, false, translateError(err, name)
 	}
+	out, err := r.update(ctx, name, key, bs, objInfo, updateValidation, options)
+	return out, false, err
+}
+
+// createOnUpdate creates the sandbox a server-side apply describes: the patch applied to an
+// empty Sandbox, then created as a POST would create it.
+func (r *REST) createOnUpdate(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	obj, err := objInfo.UpdatedObject(ctx, &sandboxv1alpha1.Sandbox{})
+	if err != nil {
+		return nil, false, err
+	}
+	sbx, ok := obj.(*sandboxv1alpha1.Sandbox)
+	if !ok {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("not a Sandbox: %T", obj))
+	}
+	if sbx.Name == "" {
+		sbx.Name = name
+	}
+	if sbx.Name != name {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", sbx.Name, name))
+	}
+	var co metav1.CreateOptions
+	if options != nil {
+		co.DryRun, co.FieldManager, co.FieldValidation = options.DryRun, options.FieldManager, options.FieldValidation
+	}
+	out, err := r.Create(ctx, sbx, createValidation, &co)
+	if err != nil {
+		return nil, false, err
+	}
+	return out, true, nil
+}
+
+func (r *REST) update(ctx context.Context, name string, key client.ObjectKey, bs *controlv1alpha1.BatchSandbox, objInfo rest.UpdatedObjectInfo,
+	updateValidation rest.ValidateObjectUpdateFunc, options *metav1.UpdateOptions) (*sandboxv1alpha1.Sandbox, error) {
 	old := fromBatchSandbox(bs)
 	obj, err := objInfo.UpdatedObject(ctx, old)
 	if err != nil {
@@ -261,6 +302,7 @@ func (r *REST) tryUpdate(ctx context.Context, name string, objInfo rest.UpdatedO
 	updated.ResourceVersion = sbx.ResourceVersion
 	updated.Labels = sbx.Labels
 	updated.Annotations = sbx.Annotations
+	storeManagedFields(updated, sbx.ManagedFields)
 	updated.OwnerReferences = sbx.OwnerReferences
 	updated.Finalizers = sbx.Finalizers
 	if controllerutil.ContainsFinalizer(bs, controlv1alpha1.FinalizerPods) {
