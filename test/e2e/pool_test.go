@@ -438,7 +438,7 @@ func TestPoolLostPodReplaced(t *testing.T) {
 		out := mustKubectl(t, "-n", ns, "get", "events", "--field-selector", "reason=PodLost",
 			"-o", `jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name}: {.message}{"\n"}{end}`)
 		for _, l := range strings.Split(out, "\n") {
-			if strings.HasPrefix(l, "BatchSandbox/w: ") && strings.Contains(l, lost.Name) {
+			if strings.HasPrefix(l, "Sandbox/w: ") && strings.Contains(l, lost.Name) {
 				return true, out
 			}
 		}

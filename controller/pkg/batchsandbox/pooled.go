@@ -22,6 +22,7 @@ import (
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxevents"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
@@ -196,7 +197,7 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 		return nil, nil
 	}
 	if allocated > 0 {
-		r.Recorder.Eventf(bs, nil, corev1.EventTypeNormal, controlv1alpha1.ReasonAllocated, "Allocate",
+		r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeNormal, controlv1alpha1.ReasonAllocated, "Allocate",
 			"%d pod(s) allocated from pool %s", allocated, poolName)
 	}
 	problem := &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPoolExhausted, Pending: true,
@@ -383,7 +384,7 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 			case errors.As(err, &rejected) && rejected.StatusCode == http.StatusConflict && req != nil:
 				// The pod's execd belongs to another sandbox: it cannot be ours. Give it back
 				// (deleted) and take another.
-				r.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonAllocateFailed, "Claim", "%v; replacing the pod", err)
+				r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, controlv1alpha1.ReasonAllocateFailed, "Claim", "%v; replacing the pod", err)
 				r.release(ctx, bs, p, "its execd refused the allocation")
 				r.allocations.release(p.UID)
 				refused = append(refused, i)
@@ -442,21 +443,22 @@ func (r *Reconciler) reportLost(bs *controlv1alpha1.BatchSandbox, byReplica map[
 		p, ok := byReplica[st.Replica]
 		switch {
 		case !ok:
-			r.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodLost, "Replace",
+			r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodLost, "Replace",
 				"pod %s of replica %d is gone or failed; waiting for another pod of the pool", st.Name, st.Replica)
 		case p.Name != st.Name:
-			r.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodLost, "Replace",
+			r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodLost, "Replace",
 				"pod %s of replica %d is gone or failed; replaced by %s", st.Name, st.Replica, p.Name)
 		}
 	}
 }
 
-// eventOnce records a problem as an Event when the Ready condition does not say it already.
+// eventOnce records a problem as an Event on the Sandbox when the Ready condition does not say
+// it already.
 func (r *Reconciler) eventOnce(bs *controlv1alpha1.BatchSandbox, problem *sandboxpod.Problem, eventType, action string) {
 	if c := meta.FindStatusCondition(bs.Status.Conditions, controlv1alpha1.ConditionReady); c != nil && c.Reason == problem.Reason {
 		return
 	}
-	r.Recorder.Eventf(bs, nil, eventType, problem.Reason, action, "%s", problem.Message)
+	r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, eventType, problem.Reason, action, "%s", problem.Message)
 }
 
 func statusOf(bs *controlv1alpha1.BatchSandbox, replica int32) *controlv1alpha1.SandboxPodStatus {

@@ -296,6 +296,7 @@ func TestPooledClaimRejected(t *testing.T) {
 		if bs.Status.Ready != 0 {
 			t.Errorf("ready = %d, want 0: the pod did not accept the sandbox", bs.Status.Ready)
 		}
+		checkEvents(t, h.events(), []string{"Warning AllocateFailed"})
 	})
 	t.Run("a pod claimed by someone else is replaced", func(t *testing.T) {
 		h, claimer := newPooledHarness(t, nil, pooledBatchSandbox(1), testPool(),
@@ -307,10 +308,12 @@ func TestPooledClaimRejected(t *testing.T) {
 		if diff := cmp.Diff([]string{"b"}, h.podNames()); diff != "" {
 			t.Errorf("pods (-want +got):\n%s", diff)
 		}
+		checkEvents(t, h.events(), []string{"Warning AllocateFailed execd of pod a refused the allocation"})
 		h.mustReconcile()
 		if diff := cmp.Diff(map[string]string{"0": "b"}, h.allocatedPods()); diff != "" {
 			t.Errorf("allocation (-want +got):\n%s", diff)
 		}
+		checkEvents(t, h.events(), []string{"Normal PodsReady"})
 	})
 }
 
@@ -336,6 +339,7 @@ func TestPooledClaimNeedsIdentity(t *testing.T) {
 	if bs.Status.Ready != 0 || cond.Reason != controlv1alpha1.ReasonIdentityFailed || !strings.Contains(cond.Message, "bound to pod b") {
 		t.Errorf("status %d ready, condition %s %q; want none ready and IdentityFailed", bs.Status.Ready, cond.Reason, cond.Message)
 	}
+	checkEvents(t, h.events(), []string{"Warning IdentityFailed"})
 }
 
 // TestPooledPoolNotAllowed: a pool of the namespace's pod security level gives pods only to a
@@ -372,6 +376,7 @@ func TestPooledPoolNotAllowed(t *testing.T) {
 				if cond.Reason != controlv1alpha1.ReasonPoolNotAllowed || !strings.Contains(cond.Message, tc.wantMessage) {
 					t.Errorf("condition %s %q, want PoolNotAllowed with %q", cond.Reason, cond.Message, tc.wantMessage)
 				}
+				checkEvents(t, h.events(), []string{"Warning PoolNotAllowed"})
 			}
 		})
 	}

@@ -30,12 +30,17 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxevents"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 )
 
 // Reconciler reconciles a BatchSandbox.
 type Reconciler struct {
-	Client   ctrl.Client
+	Client ctrl.Client
+	// Recorder records the Events about a sandbox on its Sandbox (sandboxevents.SandboxRef),
+	// where users look, not on the BatchSandbox. The recorder folds repeats into a series, but
+	// every new Event is a write: a sandbox that gets its pods at once records one, PodsReady
+	// (and Expired if it expires); the others tell of a problem.
 	Recorder events.EventRecorder
 	// ExecdImage is the image whose /usr/local/bin/sandbox-execd the init container copies.
 	ExecdImage string
@@ -178,7 +183,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			// The template cannot make a pod (or a quota/policy refuses it): retrying will not
 			// help until the user changes something, which brings a new event.
 			failure = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: err.Error()}
-			r.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodCreateFailed, "CreatePod", "replica %d: %v", i, err)
+			r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodCreateFailed, "CreatePod", "replica %d: %v", i, err)
 		default:
 			return reconcile.Result{}, fmt.Errorf("create pod for replica %d: %w", i, err)
 		}
@@ -216,7 +221,7 @@ func (r *Reconciler) expire(ctx context.Context, bs *controlv1alpha1.BatchSandbo
 		if err := r.Client.Status().Patch(ctx, bs, patch); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("mark expired: %w", err)
 		}
-		r.Recorder.Eventf(bs, nil, corev1.EventTypeNormal, controlv1alpha1.ReasonExpired, "Delete",
+		r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeNormal, controlv1alpha1.ReasonExpired, "Delete",
 			"expired at %s", bs.Spec.ExpireTime.UTC().Format(time.RFC3339))
 	}
 	// The precondition makes sure a renewal that raced with this decision wins.
@@ -359,7 +364,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.Batch
 	}
 	if prev := meta.FindStatusCondition(bs.Status.Conditions, controlv1alpha1.ConditionReady); cond.Status == metav1.ConditionTrue &&
 		(prev == nil || prev.Status != metav1.ConditionTrue) {
-		r.Recorder.Eventf(bs, nil, corev1.EventTypeNormal, controlv1alpha1.ReasonPodsReady, "Ready", "%d/%d replicas ready", status.Ready, desired)
+		r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeNormal, controlv1alpha1.ReasonPodsReady, "Ready", "%d/%d replicas ready", status.Ready, desired)
 	}
 	patch := ctrl.MergeFrom(bs.DeepCopy())
 	bs.Status = status

@@ -23,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/reference"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -102,7 +104,7 @@ func readyCondition(status metav1.ConditionStatus, reason, message string) metav
 type harness struct {
 	t         *testing.T
 	client    client.Client
-	rec       *events.FakeRecorder
+	rec       *recorder
 	r         *Reconciler
 	certifier *fakeCertifier
 }
@@ -123,7 +125,7 @@ func newHarness(t *testing.T, funcs *interceptor.Funcs, objs ...client.Object) *
 		b = b.WithInterceptorFuncs(*funcs)
 	}
 	c := b.Build()
-	rec := events.NewFakeRecorder(100)
+	rec := &recorder{scheme: s, events: make(chan recordedEvent, 100)}
 	certifier := &fakeCertifier{}
 	return &harness{t: t, client: c, rec: rec, certifier: certifier,
 		r: &Reconciler{Client: c, Recorder: rec, ExecdImage: testExecdImage, Authority: testAuthority(), Certifier: certifier}}
@@ -203,13 +205,45 @@ func (h *harness) setPodStatus(name string, mutate func(*corev1.PodStatus)) {
 	}
 }
 
-// events drains the events recorded so far.
+// recorder is an events recorder for tests: it keeps each Event's text, as events.FakeRecorder
+// writes it ("type reason note"), and the reference the events API would record as its
+// regarding object, with the manager's scheme (which knows BatchSandboxes, not Sandboxes).
+type recorder struct {
+	scheme *runtime.Scheme
+	events chan recordedEvent
+}
+
+type recordedEvent struct {
+	text      string
+	regarding *corev1.ObjectReference
+	err       error
+}
+
+var _ events.EventRecorder = &recorder{}
+
+func (r *recorder) Eventf(regarding, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
+	ref, err := reference.GetReference(r.scheme, regarding)
+	r.events <- recordedEvent{text: eventtype + " " + reason + " " + fmt.Sprintf(note, args...), regarding: ref, err: err}
+}
+
+// sandboxRef is the regarding object of every Event about the test's sandbox: its Sandbox, which
+// users see, not the BatchSandbox. Its resourceVersion is whichever the controller read.
+var sandboxRef = corev1.ObjectReference{APIVersion: "sandbox.kube-sandbox.io/v1alpha1", Kind: "Sandbox",
+	Namespace: testNamespace, Name: testName, UID: "demo-uid"}
+
+// events drains the events recorded so far, and checks that each is about the sandbox's Sandbox.
 func (h *harness) events() []string {
+	h.t.Helper()
 	var out []string
 	for {
 		select {
-		case e := <-h.rec.Events:
-			out = append(out, e)
+		case e := <-h.rec.events:
+			out = append(out, e.text)
+			if e.err != nil {
+				h.t.Errorf("event %q: no reference to its object: %v", e.text, e.err)
+			} else if diff := cmp.Diff(sandboxRef, *e.regarding, cmpopts.IgnoreFields(corev1.ObjectReference{}, "ResourceVersion")); diff != "" {
+				h.t.Errorf("event %q regards %+v, want the Sandbox (-want +got):\n%s", e.text, *e.regarding, diff)
+			}
 		default:
 			return out
 		}
@@ -1072,5 +1106,24 @@ func TestReconcileReadyNeedsIdentity(t *testing.T) {
 				t.Errorf("certified (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestReconcileExpires: an expired sandbox is marked Expired, told in an Event on its Sandbox,
+// and deleted.
+func TestReconcileExpires(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	bs := newBatchSandbox(nil)
+	bs.Spec.ExpireTime = &metav1.Time{Time: now.Add(-time.Second)}
+	h := newHarness(t, nil, bs)
+	h.r.Clock = testingclock.NewFakePassiveClock(now)
+	h.mustReconcile()
+	checkEvents(t, h.events(), []string{"Normal Expired expired at 2026-01-02T03:04:04Z"})
+	err := h.client.Get(h.ctx(), types.NamespacedName{Namespace: testNamespace, Name: testName}, &controlv1alpha1.BatchSandbox{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("get BatchSandbox after expiry = %v, want it gone", err)
+	}
+	if len(h.pods()) != 0 {
+		t.Errorf("pods = %v, want none for an expired sandbox", h.podNames())
 	}
 }

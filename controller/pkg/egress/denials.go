@@ -12,12 +12,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxevents"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
@@ -32,7 +34,7 @@ const (
 	maxEventNames = 10
 )
 
-// DenialWatcher turns the DNS names a sandbox's policy denied into Events on the sandbox. It
+// DenialWatcher turns the DNS names a sandbox's policy denied into Events on its Sandbox. It
 // holds one long poll (egressapi.DenialsPath) per pod: sandbox-egress answers when there is
 // something to say, at most every 30 s, so a sandbox at rest costs an idle connection and
 // nothing else. It runs on the leader only.
@@ -92,10 +94,10 @@ func (w *DenialWatcher) Watch(pod *corev1.Pod, bs *controlv1alpha1.BatchSandbox)
 	}
 	ctx, cancel := context.WithCancel(w.ctx)
 	w.running[pod.UID] = cancel
-	// The Event's object: the sandbox as it was; only its reference is used.
-	ref := &controlv1alpha1.BatchSandbox{TypeMeta: bs.TypeMeta, ObjectMeta: *bs.ObjectMeta.DeepCopy()}
-	ref.SetGroupVersionKind(controlv1alpha1.SchemeGroupVersion.WithKind("BatchSandbox"))
-	go w.watch(ctx, pod.DeepCopy(), ref)
+	// The Events' object: the Sandbox (users never see the BatchSandbox) as it was when the
+	// watch started. The reference is part of the key the recorder folds repeats by, so a fixed
+	// one keeps the denials of a name in one series however often the sandbox changes.
+	go w.watch(ctx, pod.DeepCopy(), bs.Namespace+"/"+bs.Name, sandboxevents.SandboxRef(bs))
 }
 
 // Forget stops the watch of a pod that is gone.
@@ -111,9 +113,9 @@ func (w *DenialWatcher) Forget(uid types.UID) {
 	}
 }
 
-func (w *DenialWatcher) watch(ctx context.Context, pod *corev1.Pod, bs *controlv1alpha1.BatchSandbox) {
+func (w *DenialWatcher) watch(ctx context.Context, pod *corev1.Pod, key string, sandbox runtime.Object) {
 	uid := pod.UID
-	logger := log.FromContext(ctx).WithValues("batchSandbox", bs.Namespace+"/"+bs.Name, "pod", pod.Name)
+	logger := log.FromContext(ctx).WithValues("batchSandbox", key, "pod", pod.Name)
 	defer func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -141,7 +143,7 @@ func (w *DenialWatcher) watch(ctx context.Context, pod *corev1.Pod, bs *controlv
 		// One Event series per name: the events API folds Events that differ only in their
 		// note into one series that keeps the first note, so the name is in the action too.
 		for _, e := range DenialEvents(d) {
-			w.Recorder.Eventf(bs, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonDeniedName, e.Action, "%s", e.Note)
+			w.Recorder.Eventf(sandbox, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonDeniedName, e.Action, "%s", e.Note)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,7 +15,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/reference"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
@@ -68,7 +71,7 @@ func TestDenialWatcher(t *testing.T) {
 		}
 		<-r.Context().Done() // nothing more to say: the poll waits
 	}))
-	rec := events.NewFakeRecorder(10)
+	rec := &refRecorder{events: make(chan recorded, 10)}
 	w := NewDenialWatcher(a, rec)
 	w.Port = port
 	ctx, cancel := context.WithCancel(context.Background())
@@ -80,13 +83,21 @@ func TestDenialWatcher(t *testing.T) {
 		w.mu.Unlock()
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u"}, Status: corev1.PodStatus{PodIP: host}}
-	bs := &controlv1alpha1.BatchSandbox{ObjectMeta: metav1.ObjectMeta{Name: "sbx", Namespace: "ns"}}
+	bs := &controlv1alpha1.BatchSandbox{ObjectMeta: metav1.ObjectMeta{Name: "sbx", Namespace: "ns", UID: "sbx-uid", ResourceVersion: "7"}}
 	w.Watch(pod, bs)
 	w.Watch(pod, bs) // one watch per pod
 	select {
-	case e := <-rec.Events:
-		if !strings.Contains(e, controlv1alpha1.ReasonDeniedName) || !strings.Contains(e, "evil.example (2 queries)") {
-			t.Errorf("event %q", e)
+	case e := <-rec.events:
+		if !strings.Contains(e.text, controlv1alpha1.ReasonDeniedName) || !strings.Contains(e.text, "evil.example (2 queries)") {
+			t.Errorf("event %q", e.text)
+		}
+		// About the Sandbox, which users see, not the BatchSandbox.
+		want := corev1.ObjectReference{APIVersion: "sandbox.kube-sandbox.io/v1alpha1", Kind: "Sandbox",
+			Namespace: "ns", Name: "sbx", UID: "sbx-uid", ResourceVersion: "7"}
+		if e.err != nil {
+			t.Errorf("event %q: no reference to its object: %v", e.text, e.err)
+		} else if diff := cmp.Diff(want, *e.regarding); diff != "" {
+			t.Errorf("event %q regards (-want +got):\n%s", e.text, diff)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no event")
@@ -98,4 +109,23 @@ func TestDenialWatcher(t *testing.T) {
 	w.Forget(pod.UID)
 	cancel()
 	<-done
+}
+
+// refRecorder keeps each Event's text ("type reason note", as events.FakeRecorder writes it) and
+// the reference the events API would record as its regarding object.
+type refRecorder struct{ events chan recorded }
+
+type recorded struct {
+	text      string
+	regarding *corev1.ObjectReference
+	err       error
+}
+
+var _ events.EventRecorder = &refRecorder{}
+
+func (r *refRecorder) Eventf(regarding, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
+	// No scheme: the regarding object must name its kind itself, as the manager's scheme does
+	// not know Sandboxes.
+	ref, err := reference.GetReference(nil, regarding)
+	r.events <- recorded{text: eventtype + " " + reason + " " + fmt.Sprintf(note, args...), regarding: ref, err: err}
 }
