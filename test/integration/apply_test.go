@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -163,4 +165,42 @@ func TestServerSideApply(t *testing.T) {
 			t.Errorf("policy changed to %+v", s.Spec.NetworkPolicy)
 		}
 	})
+}
+
+// TestEventsOnTheSandbox: the controller's Events about a sandbox are about the Sandbox, as
+// kubectl describe and kubectl events look them up (involvedObject kind, name and UID).
+func TestEventsOnTheSandbox(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	s := &sandboxv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: "waits"},
+		Spec:       sandboxv1alpha1.SandboxSpec{PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: "missing"}},
+	}
+	created, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Create(ctx, s, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.EventList
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got = corev1.EventList{}
+		err := kube.List(ctx, &got, client.InNamespace(ns), client.MatchingFieldsSelector{Selector: fields.SelectorFromSet(fields.Set{
+			"involvedObject.kind": "Sandbox", "involvedObject.name": "waits", "involvedObject.uid": string(created.UID),
+		})})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range got.Items {
+			if e.Reason == controlv1alpha1.ReasonPoolNotFound {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no PoolNotFound Event on the Sandbox: %v; %+v", err, got.Items)
+	}
+	for _, e := range got.Items {
+		if e.InvolvedObject.APIVersion != "sandbox.kube-sandbox.io/v1alpha1" || e.InvolvedObject.Namespace != ns {
+			t.Errorf("event %s is about %+v", e.Reason, e.InvolvedObject)
+		}
+	}
 }
