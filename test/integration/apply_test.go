@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
@@ -127,9 +128,13 @@ func TestServerSideApply(t *testing.T) {
 	})
 
 	t.Run("an update through the API has a manager too", func(t *testing.T) {
-		s := get()
-		s.Labels["owner"] = "someone"
-		if _, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: "hand"}); err != nil {
+		// The controller writes the status meanwhile: a read-modify-write retries, as clients do.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			s := get()
+			s.Labels["owner"] = "someone"
+			_, err := sandboxes.SandboxV1alpha1().Sandboxes(ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: "hand"})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := managers(get())["hand/Update/"]; !ok {
