@@ -227,6 +227,27 @@ func TestEgress(t *testing.T) {
 		expectProbe(t, "direct", got, map[string]string{"kube-apiserver": "refused", "metadata": "refused"})
 	})
 
+	t.Run("a change of the platform policy reaches running sandboxes", func(t *testing.T) {
+		cm := func(key, value string) {
+			data, _ := json.Marshal(map[string]any{"data": map[string]string{key: value}})
+			mustKubectl(t, "-n", "kube-sandbox-system", "patch", "configmap", "kube-sandbox-egress", "--type=merge", "-p", string(data))
+		}
+		prevAllow := mustKubectl(t, "-n", "kube-sandbox-system", "get", "configmap", "kube-sandbox-egress", "-o", "jsonpath={.data.alwaysAllow}")
+		t.Cleanup(func() { cm("alwaysAllow", prevAllow) })
+		start := time.Now()
+		cm("alwaysAllow", "- "+other.IP.String()+"\n")
+		waitFor(t, "the closed sandbox to reach what the platform now allows", 30*time.Second, func() (bool, string) {
+			got := probeSandbox(t, ns, "closed", "tcp,other,"+other.IP.String()+",80")
+			return got["other"] == "ok", fmt.Sprint(got)
+		})
+		t.Logf("alwaysAllow: in force in a running sandbox %.0f ms after the ConfigMap patch", float64(time.Since(start).Milliseconds()))
+		cm("alwaysAllow", prevAllow)
+		waitFor(t, "the closed sandbox to be denied again", 30*time.Second, func() (bool, string) {
+			got := probeSandbox(t, ns, "closed", "tcp,other,"+other.IP.String()+",80")
+			return got["other"] == "refused", fmt.Sprint(got)
+		})
+	})
+
 	t.Run("exec, files and proxy work under deny-all", func(t *testing.T) {
 		dir := t.TempDir()
 		src := filepath.Join(dir, "in.txt")

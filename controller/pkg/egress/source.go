@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -16,11 +17,18 @@ type Source struct {
 	Reader    client.Reader
 	Namespace string
 	Name      string // DefaultConfigMap when empty
+	// Recorder, if set, gets a Warning Event on the ConfigMap for each invalid version of it.
+	Recorder events.EventRecorder
 
-	mu      sync.Mutex
-	version string
-	last    *Platform
+	mu         sync.Mutex
+	version    string
+	last       *Platform
+	badVersion string
 }
+
+// ReasonInvalidPolicy (Event on the ConfigMap): the platform's egress policy does not parse;
+// the previous one (or the built-in deny-all) stays in force.
+const ReasonInvalidPolicy = "InvalidEgressPolicy"
 
 // ConfigMapName is the ConfigMap's name.
 func (s *Source) ConfigMapName() string {
@@ -54,7 +62,14 @@ func (s *Source) Current(ctx context.Context) (*Platform, *Cluster, error) {
 	}
 	p, perr := ParsePlatform(cm.Data)
 	if perr != nil {
-		log.FromContext(ctx).Error(perr, "the platform egress policy is invalid; keeping the previous one", "configMap", client.ObjectKeyFromObject(cm))
+		if cm.ResourceVersion != s.badVersion {
+			s.badVersion = cm.ResourceVersion
+			log.FromContext(ctx).Error(perr, "the platform egress policy is invalid; keeping the previous one", "configMap", client.ObjectKeyFromObject(cm))
+			if s.Recorder != nil {
+				s.Recorder.Eventf(cm, nil, corev1.EventTypeWarning, ReasonInvalidPolicy, "Parse",
+					"not used, the previous policy stays in force: %v", perr)
+			}
+		}
 		if s.last != nil {
 			return s.last, cluster, nil
 		}

@@ -254,7 +254,7 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		enforcer = &egress.Enforcer{
 			Image:     image,
-			Source:    &egress.Source{Reader: mgr.GetClient(), Namespace: o.PKINamespace, Name: o.EgressConfigMap},
+			Source:    &egress.Source{Reader: mgr.GetClient(), Namespace: o.PKINamespace, Name: o.EgressConfigMap, Recorder: recorder},
 			Pusher:    egress.NewPusher(authority),
 			Certifier: egressCertifier,
 			Denials:   egress.NewDenialWatcher(authority, recorder),
