@@ -88,7 +88,7 @@ It needs NET_ADMIN, and only it: the sandbox container never has it.`,
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory (private to this container) that keeps the last Config applied across restarts.")
 	fs.StringVar(&o.ResolvConf, "resolv-conf", o.ResolvConf, "resolv.conf whose nameservers are the upstreams when the Config names none.")
 	fs.StringVar(&o.IdentityToken, "identity-token", o.IdentityToken, "The pod's projected token (audience "+egressapi.IdentityAudience+"), which proves to sandbox-controller which pod this is, so that it certifies the serving key.")
-	root.AddCommand(serve)
+	root.AddCommand(serve, newWaitReadyCommand())
 	return root
 }
 

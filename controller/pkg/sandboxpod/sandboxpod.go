@@ -29,7 +29,7 @@ const ExecdInstallPath = "/usr/local/bin/sandbox-execd"
 // InjectionVersion names how Inject wires a pod; it is part of a pool's revision, so that idle
 // pods made by an older controller are replaced by its successor's. Raise it when Inject
 // changes in a way old pods cannot serve.
-const InjectionVersion = "4"
+const InjectionVersion = "5"
 
 // identityTokenSeconds is the life of the projected identity token: the kubelet renews it at
 // 80%; the controller reads it only to certify a pod, right after the pod starts.
@@ -333,10 +333,13 @@ func injectEgress(spec *corev1.PodSpec, e *Egress, clientCA []byte, readinessPer
 			{Name: egressapi.StateVolume, MountPath: egressapi.StateDir},
 			{Name: egressapi.IdentityVolume, MountPath: egressapi.IdentityDir, ReadOnly: true},
 		},
-		// Startup: the other containers wait for the filter. Readiness: a policy that cannot be
-		// applied makes the pod not Ready (as slowly probed as execd's in a pool, where
-		// hundreds of idle pods would otherwise cost the node a CPU).
-		StartupProbe:   probe(1, 60),
+		// Startup: the kubelet starts the other containers once this postStart hook returned,
+		// and it returns once the filter is in (a startup probe would add up to its period).
+		// Readiness: a policy that cannot be applied makes the pod not Ready (as slowly probed
+		// as execd's in a pool, where hundreds of idle pods would otherwise cost the node a CPU).
+		Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+			Command: []string{EgressPath, "wait-ready"},
+		}}},
 		ReadinessProbe: probe(readinessPeriod, 1),
 		LivenessProbe: &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: egressapi.HealthzPath, Port: intstr.FromInt32(egressapi.HealthPort)}},

@@ -32,8 +32,8 @@ func TestInjectEgress(t *testing.T) {
 	if e.RestartPolicy == nil || *e.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 		t.Error("sandbox-egress is not a native sidecar")
 	}
-	if e.StartupProbe == nil || e.ReadinessProbe == nil || e.ReadinessProbe.PeriodSeconds != 10 {
-		t.Errorf("probes: startup %v, readiness %+v", e.StartupProbe, e.ReadinessProbe)
+	if e.Lifecycle == nil || e.Lifecycle.PostStart == nil || e.Lifecycle.PostStart.Exec == nil || e.ReadinessProbe == nil || e.ReadinessProbe.PeriodSeconds != 10 {
+		t.Errorf("postStart %+v, readiness %+v: the other containers must wait for the filter", e.Lifecycle, e.ReadinessProbe)
 	}
 	if caps := e.SecurityContext.Capabilities; !slices.Equal(caps.Add, []corev1.Capability{"NET_ADMIN"}) || !slices.Equal(caps.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("sandbox-egress capabilities %+v, want NET_ADMIN only", caps)
