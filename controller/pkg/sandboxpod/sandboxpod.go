@@ -292,7 +292,7 @@ func Failure(p *corev1.Pod) *Problem {
 }
 
 // injectEgress adds sandbox-egress as the pod's first init container, a native sidecar
-// (restartPolicy Always): the kubelet starts the other containers only once its startup probe
+// (restartPolicy Always): the kubelet starts the other containers only once its postStart hook
 // says the filter is in place, and it runs as long as the pod. It alone holds NET_ADMIN; the
 // sandbox container never does. It runs before the execd installer, so nothing in the pod
 // ever has an unfiltered network.
