@@ -128,7 +128,11 @@ func (o *Options) Run(ctx context.Context) error {
 	if podUID == "" {
 		return fmt.Errorf("$%s is not set: the pod's UID comes from the downward API", egressapi.EnvPodUID)
 	}
-	cas, err := execd.ParseClientCAs([]byte(os.Getenv(egressapi.EnvClientCA)))
+	if ip := os.Getenv(egressapi.EnvPodIP); ip != "" && ip == os.Getenv(egressapi.EnvHostIP) {
+		// The pod is on the node's network: a default-deny here would be the node's.
+		return fmt.Errorf("the pod is on the node's network (pod IP %s is the node's): refusing to filter the node", ip)
+	}
+		cas, err := execd.ParseClientCAs([]byte(os.Getenv(egressapi.EnvClientCA)))
 	if err != nil {
 		return fmt.Errorf("$%s: %w", egressapi.EnvClientCA, err)
 	}

@@ -134,7 +134,7 @@ func (c *Checker) CheckIn(ctx context.Context, reader client.Reader, namespace s
 		return Result{}, err
 	}
 	res := c.Check(ns.Labels, t)
-	ferr, err := CheckRuntimeClass(ctx, reader, t.Spec, t.Path)
+	ferr, err := CheckEgress(ctx, reader, t.Spec, t.Path)
 	if err != nil {
 		return Result{}, err
 	}
@@ -144,9 +144,27 @@ func (c *Checker) CheckIn(ctx context.Context, reader client.Reader, namespace s
 	return res, nil
 }
 
-// CheckRuntimeClass refuses a runtime class under which the sandbox's egress policy cannot be
-// enforced (EgressUnsupportedHandlers), whoever asks and whatever the pod security level.
-func CheckRuntimeClass(ctx context.Context, reader client.Reader, spec *corev1.PodSpec, path *field.Path) (*field.Error, error) {
+// EgressSpecErrors are what in a pod spec keeps sandbox-egress from enforcing a policy, or
+// from being apart from the sandbox, whoever asks and whatever the pod security level: the
+// node's network namespace (the filter would be the node's, and deny it everything), or a
+// process namespace shared with the sandbox container.
+func EgressSpecErrors(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if spec.HostNetwork {
+		errs = append(errs, field.Forbidden(path.Child("hostNetwork"), "a sandbox's outbound policy is enforced in its pod's own network namespace"))
+	}
+	if p := spec.ShareProcessNamespace; p != nil && *p {
+		errs = append(errs, field.Forbidden(path.Child("shareProcessNamespace"), "the sandbox container must not see the processes of sandbox-egress, which holds NET_ADMIN"))
+	}
+	return errs
+}
+
+// CheckEgress refuses a pod spec under which the sandbox's egress policy cannot be enforced:
+// EgressSpecErrors, and a runtime class of EgressUnsupportedHandlers.
+func CheckEgress(ctx context.Context, reader client.Reader, spec *corev1.PodSpec, path *field.Path) (*field.Error, error) {
+	if errs := EgressSpecErrors(spec, path); len(errs) > 0 {
+		return errs[0], nil
+	}
 	name := spec.RuntimeClassName
 	if name == nil || *name == "" {
 		return nil, nil

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"sort"
 	"strings"
 	"testing"
@@ -238,5 +239,20 @@ func TestNamespacePolicy(t *testing.T) {
 		if got := NamespacePolicy(tc.labels).String(); got != tc.want {
 			t.Errorf("NamespacePolicy(%v) = %s, want %s", tc.labels, got, tc.want)
 		}
+	}
+}
+
+func TestEgressSpecErrors(t *testing.T) {
+	path := field.NewPath("spec", "template", "spec")
+	if errs := EgressSpecErrors(&corev1.PodSpec{}, path); len(errs) != 0 {
+		t.Errorf("a plain pod: %v", errs)
+	}
+	errs := EgressSpecErrors(&corev1.PodSpec{HostNetwork: true, ShareProcessNamespace: ptr.To(true)}, path)
+	if len(errs) != 2 || errs[0].Field != "spec.template.spec.hostNetwork" || errs[1].Field != "spec.template.spec.shareProcessNamespace" {
+		t.Errorf("errors %v, want hostNetwork and shareProcessNamespace", errs)
+	}
+	ferr, err := CheckEgress(context.Background(), nil, &corev1.PodSpec{HostNetwork: true}, path)
+	if err != nil || ferr == nil || ferr.Field != "spec.template.spec.hostNetwork" {
+		t.Errorf("CheckEgress of a pod on the node's network: %v, %v", ferr, err)
 	}
 }

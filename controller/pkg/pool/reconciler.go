@@ -165,7 +165,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // for the status: the pool then makes no pods, and gives away none of those it holds.
 func (r *Reconciler) admit(ctx context.Context, pool *controlv1alpha1.Pool) (*sandboxpod.Problem, error) {
 	if r.Egress != nil {
-		ferr, err := admission.CheckRuntimeClass(ctx, r.Client, &pool.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
+		ferr, err := admission.CheckEgress(ctx, r.Client, &pool.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
 		if err != nil {
 			return nil, err
 		}

@@ -326,6 +326,8 @@ func injectEgress(spec *corev1.PodSpec, e *Egress, clientCA []byte, readinessPer
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		Env: []corev1.EnvVar{
 			{Name: egressapi.EnvPodUID, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
+			{Name: egressapi.EnvPodIP, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			{Name: egressapi.EnvHostIP, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
 			{Name: egressapi.EnvConfig, Value: string(cfg)},
 			{Name: egressapi.EnvClientCA, Value: string(clientCA)},
 		},

@@ -98,6 +98,10 @@ const (
 
 	// EnvPodUID is the pod's UID (downward API).
 	EnvPodUID = "POD_UID"
+	// EnvPodIP and EnvHostIP (downward API): equal in a pod on the node's network, where
+	// sandbox-egress refuses to run (its filter would be the node's).
+	EnvPodIP  = "POD_IP"
+	EnvHostIP = "HOST_IP"
 	// EnvConfig holds the Config the pod starts with (JSON): a direct-mode sandbox's policy,
 	// or deny-all for a pool pod. Later ones come over ControlPort.
 	EnvConfig = "KUBE_SANDBOX_EGRESS_CONFIG"

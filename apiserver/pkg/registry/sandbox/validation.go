@@ -13,6 +13,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
@@ -159,15 +160,7 @@ func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.P
 				allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-egress"))
 			}
 		}
-		// The egress policy is enforced in the pod's own network namespace; in the node's it
-		// would filter the node, and a shared process namespace would show the sandbox the
-		// egress sidecar's processes.
-		if spec.Template.Spec.HostNetwork {
-			allErrs = append(allErrs, field.Forbidden(tmpl.Child("spec", "hostNetwork"), "a sandbox's outbound policy is enforced in its pod's own network namespace"))
-		}
-		if p := spec.Template.Spec.ShareProcessNamespace; p != nil && *p {
-			allErrs = append(allErrs, field.Forbidden(tmpl.Child("spec", "shareProcessNamespace"), "the sandbox container must not see the processes of sandbox-egress, which holds NET_ADMIN"))
-		}
+		allErrs = append(allErrs, admission.EgressSpecErrors(&spec.Template.Spec, tmpl.Child("spec"))...)
 	}
 
 	if spec.NetworkPolicy != nil {
