@@ -132,7 +132,7 @@ func (o *Options) Run(ctx context.Context) error {
 		// The pod is on the node's network: a default-deny here would be the node's.
 		return fmt.Errorf("the pod is on the node's network (pod IP %s is the node's): refusing to filter the node", ip)
 	}
-		cas, err := execd.ParseClientCAs([]byte(os.Getenv(egressapi.EnvClientCA)))
+	cas, err := execd.ParseClientCAs([]byte(os.Getenv(egressapi.EnvClientCA)))
 	if err != nil {
 		return fmt.Errorf("$%s: %w", egressapi.EnvClientCA, err)
 	}
