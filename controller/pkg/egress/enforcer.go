@@ -51,7 +51,7 @@ func (e *Enforcer) SandboxConfig(ctx context.Context, bs *controlv1alpha1.BatchS
 		// sandbox-apiserver validates a Sandbox's policy; a Pool's or a BatchSandbox's written
 		// directly gets here unchecked but for its schema. An invalid one is not pushed: the
 		// pods keep what they enforce (deny-all for a pool pod), and the sandbox says why.
-		p := ToPolicy(policy)
+		p := policy.EgressPolicy()
 		if errs := egressapi.ValidatePolicy(&p, from); len(errs) > 0 {
 			return egressapi.Config{}, &InvalidPolicy{Errs: errs}
 		}

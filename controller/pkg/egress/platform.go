@@ -103,7 +103,7 @@ func ParsePlatform(data map[string]string) (*Platform, error) {
 		if err := yaml.UnmarshalStrict([]byte(v), &np); err != nil {
 			errs = append(errs, field.Invalid(field.NewPath("data", KeyDefaultPolicy), "", "must be a networkPolicy in YAML: "+err.Error()))
 		} else {
-			p.DefaultPolicy = ToPolicy(&np)
+			p.DefaultPolicy = np.EgressPolicy()
 			errs = append(errs, egressapi.ValidatePolicy(&p.DefaultPolicy, field.NewPath("data", KeyDefaultPolicy))...)
 		}
 	}
@@ -123,19 +123,6 @@ func ParsePlatform(data map[string]string) (*Platform, error) {
 		return nil, errs.ToAggregate()
 	}
 	return p, nil
-}
-
-// ToPolicy converts an API policy.
-func ToPolicy(np *controlv1alpha1.NetworkPolicy) egressapi.Policy {
-	out := egressapi.Policy{DefaultAction: egressapi.Action(np.DefaultAction)}
-	for _, r := range np.Egress {
-		er := egressapi.Rule{Action: egressapi.Action(r.Action), To: r.To}
-		for _, p := range r.Ports {
-			er.Ports = append(er.Ports, egressapi.Port{Port: p.Port, EndPort: p.EndPort, Protocol: egressapi.Protocol(p.Protocol)})
-		}
-		out.Egress = append(out.Egress, er)
-	}
-	return out
 }
 
 // Cluster is what the keywords of alwaysDeny stand for.
@@ -208,7 +195,7 @@ func (p *Platform) ConfigFor(cluster *Cluster, podUID string, sandbox *egressapi
 	}
 	own := p.DefaultPolicy
 	if policy != nil {
-		own = ToPolicy(policy)
+		own = policy.EgressPolicy()
 	}
 	cfg.Rules = append(cfg.Rules, own.Egress...)
 	cfg.DefaultAction = own.EffectiveDefault()

@@ -5,7 +5,6 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 )
 
 // toBatchSandbox turns a Sandbox into the BatchSandbox that stores it. Only what a user may
@@ -122,19 +121,6 @@ func fromControlNetworkPolicy(p *controlv1alpha1.NetworkPolicy) *sandboxv1alpha1
 			sr.Ports = append(sr.Ports, sandboxv1alpha1.SandboxEgressPort{Port: port.Port, EndPort: port.EndPort, Protocol: port.Protocol})
 		}
 		out.Egress = append(out.Egress, sr)
-	}
-	return out
-}
-
-// egressPolicy is the policy as sandbox-egress reads it, for validation.
-func egressPolicy(p *sandboxv1alpha1.SandboxNetworkPolicy) *egressapi.Policy {
-	out := &egressapi.Policy{DefaultAction: egressapi.Action(p.DefaultAction)}
-	for _, r := range p.Egress {
-		er := egressapi.Rule{Action: egressapi.Action(r.Action), To: r.To}
-		for _, port := range r.Ports {
-			er.Ports = append(er.Ports, egressapi.Port{Port: port.Port, EndPort: port.EndPort, Protocol: egressapi.Protocol(port.Protocol)})
-		}
-		out.Egress = append(out.Egress, er)
 	}
 	return out
 }

@@ -12,7 +12,6 @@ import (
 	"k8s.io/utils/clock"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 )
 
 var tableColumns = []metav1.TableColumnDefinition{
@@ -110,29 +109,8 @@ func (c tableConvertor) tableRow(sbx *sandboxv1alpha1.Sandbox) metav1.TableRow {
 			expires,
 			c.age(sbx.CreationTimestamp),
 			image, pod, node,
-			egressSummary(sbx.Spec.NetworkPolicy),
+			sbx.Spec.NetworkPolicy.Summary(),
 		},
-	}
-}
-
-// egressSummary is the policy in a few words: "default" without one of the sandbox's own,
-// "deny-all" or "allow-all" without rules, else the default action and the number of rules,
-// like "deny, 2 rules" (first match wins, and Deny is the default action unless Allow is set).
-func egressSummary(p *sandboxv1alpha1.SandboxNetworkPolicy) string {
-	if p == nil {
-		return "default"
-	}
-	action := "deny"
-	if p.DefaultAction == string(egressapi.ActionAllow) {
-		action = "allow"
-	}
-	switch n := len(p.Egress); n {
-	case 0:
-		return action + "-all"
-	case 1:
-		return action + ", 1 rule"
-	default:
-		return fmt.Sprintf("%s, %d rules", action, n)
 	}
 }
 

@@ -164,7 +164,7 @@ func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.P
 	}
 
 	if spec.NetworkPolicy != nil {
-		allErrs = append(allErrs, egressapi.ValidatePolicy(egressPolicy(spec.NetworkPolicy), fld.Child("networkPolicy"))...)
+		allErrs = append(allErrs, egressapi.ValidatePolicy(spec.NetworkPolicy.EgressPolicy(), fld.Child("networkPolicy"))...)
 	}
 	if len(spec.Entrypoint) > 0 && spec.Entrypoint[0] == "" {
 		allErrs = append(allErrs, field.Invalid(fld.Child("entrypoint").Index(0), "", "the command must not be empty"))

@@ -198,20 +198,7 @@ func ValidatePolicy(p *sandboxv1alpha1.SandboxNetworkPolicy, fld *field.Path) fi
 	if p == nil {
 		return nil
 	}
-	return egressapi.ValidatePolicy(toEgressPolicy(p), fld)
-}
-
-// toEgressPolicy is the policy as sandbox-egress reads it.
-func toEgressPolicy(p *sandboxv1alpha1.SandboxNetworkPolicy) *egressapi.Policy {
-	out := &egressapi.Policy{DefaultAction: egressapi.Action(p.DefaultAction)}
-	for _, r := range p.Egress {
-		er := egressapi.Rule{Action: egressapi.Action(r.Action), To: r.To}
-		for _, port := range r.Ports {
-			er.Ports = append(er.Ports, egressapi.Port{Port: port.Port, EndPort: port.EndPort, Protocol: egressapi.Protocol(port.Protocol)})
-		}
-		out.Egress = append(out.Egress, er)
-	}
-	return out
+	return egressapi.ValidatePolicy(p.EgressPolicy(), fld)
 }
 
 // DefaultAction is the policy's effective default: Deny unless Allow is given.
@@ -223,22 +210,8 @@ func DefaultAction(p *sandboxv1alpha1.SandboxNetworkPolicy) string {
 }
 
 // Summary is a policy in a few words, as the Egress column of 'kubectl get sandboxes -o wide'
-// shows it: default (none of the sandbox's own), deny-all, allow-all, or the default action and
-// the number of rules, like "deny, 2 rules".
-func Summary(p *sandboxv1alpha1.SandboxNetworkPolicy) string {
-	if p == nil {
-		return "default"
-	}
-	action := strings.ToLower(DefaultAction(p))
-	switch n := len(p.Egress); n {
-	case 0:
-		return action + "-all"
-	case 1:
-		return action + ", 1 rule"
-	default:
-		return fmt.Sprintf("%s, %d rules", action, n)
-	}
-}
+// shows it (the server's table says the same).
+func Summary(p *sandboxv1alpha1.SandboxNetworkPolicy) string { return p.Summary() }
 
 // FormatTarget writes a rule's target and ports in the TARGET[:PORTS] syntax, TCP left implicit.
 func FormatTarget(r sandboxv1alpha1.SandboxEgressRule) string {

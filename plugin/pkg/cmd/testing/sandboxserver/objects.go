@@ -453,15 +453,7 @@ func validate(sb *sandboxv1alpha1.Sandbox) field.ErrorList {
 	if p == nil {
 		return nil
 	}
-	ep := &egressapi.Policy{DefaultAction: egressapi.Action(p.DefaultAction)}
-	for _, r := range p.Egress {
-		er := egressapi.Rule{Action: egressapi.Action(r.Action), To: r.To}
-		for _, port := range r.Ports {
-			er.Ports = append(er.Ports, egressapi.Port{Port: port.Port, EndPort: port.EndPort, Protocol: egressapi.Protocol(port.Protocol)})
-		}
-		ep.Egress = append(ep.Egress, er)
-	}
-	return egressapi.ValidatePolicy(ep, field.NewPath("spec", "networkPolicy"))
+	return egressapi.ValidatePolicy(p.EgressPolicy(), field.NewPath("spec", "networkPolicy"))
 }
 
 func dryRun(req *http.Request) bool {
