@@ -15,7 +15,27 @@ import (
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 )
+
+// egressOnce is a sandbox's egress Config, composed at most once per reconcile: new pods,
+// claims and the pushes to running pods all want the same one.
+type egressOnce struct {
+	r    *Reconciler
+	bs   *controlv1alpha1.BatchSandbox
+	pool *controlv1alpha1.Pool
+	done bool
+	cfg  egressapi.Config
+	err  error
+}
+
+func (e *egressOnce) get(ctx context.Context) (egressapi.Config, error) {
+	if !e.done {
+		e.cfg, e.err = e.r.Egress.SandboxConfig(ctx, e.bs, e.pool)
+		e.done = true
+	}
+	return e.cfg, e.err
+}
 
 // poolOf is the sandbox's Pool from the cache, nil if it is not there.
 func (r *Reconciler) poolOf(ctx context.Context, bs *controlv1alpha1.BatchSandbox) *controlv1alpha1.Pool {
@@ -40,13 +60,13 @@ func (r *Reconciler) forgetEgress(uid types.UID) {
 // it yet, and says in the EgressReady condition whether all of them enforce it. A push
 // happens only when the policy (or the platform's) changed, or for a pod not seen before:
 // nothing here runs on a timer.
-func (r *Reconciler) enforceEgress(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool,
+func (r *Reconciler) enforceEgress(ctx context.Context, bs *controlv1alpha1.BatchSandbox, eg *egressOnce,
 	byReplica map[int32]*corev1.Pod, claimed map[int32]string) (*metav1.Condition, error) {
 	if r.Egress == nil {
 		return nil, nil
 	}
 	cond := &metav1.Condition{Type: controlv1alpha1.ConditionEgressReady, ObservedGeneration: bs.Generation}
-	cfg, err := r.Egress.SandboxConfig(ctx, bs, pool)
+	cfg, err := eg.get(ctx)
 	var invalid *egress.InvalidPolicy
 	switch {
 	case errors.As(err, &invalid):

@@ -86,12 +86,12 @@ func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.Ba
 	}
 	r.reportLost(bs, byReplica, desired)
 
-	pool := r.poolOf(ctx, bs)
-	claimed, claimFailure, claimErr := r.claimAll(ctx, bs, pool, byReplica)
+	eg := &egressOnce{r: r, bs: bs, pool: r.poolOf(ctx, bs)}
+	claimed, claimFailure, claimErr := r.claimAll(ctx, bs, eg, byReplica)
 	if failure == nil {
 		failure = claimFailure
 	}
-	egressCond, egressErr := r.enforceEgress(ctx, bs, pool, byReplica, claimed)
+	egressCond, egressErr := r.enforceEgress(ctx, bs, eg, byReplica, claimed)
 	if err := r.updateStatus(ctx, bs, byReplica, claimed, failure, egressCond); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -294,7 +294,7 @@ func poolNotAllowed(bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool
 // yet (new pods, and containers that restarted since) serves its pod's certificate (package
 // identity) and, for a pooled sandbox, belongs to the sandbox (a claim: env, entrypoint). It
 // returns the runtime ID recorded per replica, a problem to report, and an error worth a retry.
-func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool, byReplica map[int32]*corev1.Pod) (map[int32]string, *sandboxpod.Problem, error) {
+func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSandbox, eg *egressOnce, byReplica map[int32]*corev1.Pod) (map[int32]string, *sandboxpod.Problem, error) {
 	claimed := map[int32]string{}
 	var todo []int32
 	for i, p := range byReplica {
@@ -330,7 +330,7 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 	// sandbox-egress first, so that the entrypoint the claim starts never runs without it.
 	var egressCfg *egressapi.Config
 	if req != nil && r.Egress != nil {
-		cfg, err := r.Egress.SandboxConfig(ctx, bs, pool)
+		cfg, err := eg.get(ctx)
 		var invalid *egress.InvalidPolicy
 		if errors.As(err, &invalid) {
 			return claimed, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPolicyFailed, Pending: true, Message: err.Error()}, nil

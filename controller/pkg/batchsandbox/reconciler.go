@@ -148,6 +148,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var failure *sandboxpod.Problem
 	var clientCA []byte
 	var sidecar *sandboxpod.Egress
+	eg := &egressOnce{r: r, bs: bs}
 	for i := int32(0); i < desired; i++ {
 		if _, ok := byReplica[i]; ok {
 			continue
@@ -159,7 +160,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			if r.Egress != nil {
 				// The pod enforces the sandbox's current policy from its start: a replaced pod
 				// gets the policy as it is now, not as it was at creation.
-				cfg, err := r.Egress.SandboxConfig(ctx, bs, nil)
+				cfg, err := eg.get(ctx)
 				var invalid *egress.InvalidPolicy
 				if errors.As(err, &invalid) {
 					// No pod without a policy it can enforce; a new spec brings a new reconcile.
@@ -189,11 +190,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	// A replica is ready once its execd serves the pod's own certificate.
-	certified, problem, certErr := r.claimAll(ctx, bs, nil, byReplica)
+	certified, problem, certErr := r.claimAll(ctx, bs, eg, byReplica)
 	if failure == nil {
 		failure = problem
 	}
-	egressCond, egressErr := r.enforceEgress(ctx, bs, nil, byReplica, certified)
+	egressCond, egressErr := r.enforceEgress(ctx, bs, eg, byReplica, certified)
 	if err := r.updateStatus(ctx, bs, byReplica, certified, failure, egressCond); err != nil {
 		return reconcile.Result{}, err
 	}
