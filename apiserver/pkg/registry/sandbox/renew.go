@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/util/retry"
@@ -87,6 +88,13 @@ func NewRenewer(backend client.Client, clk clock.PassiveClock) *Renewer {
 
 var errConflict = errors.New("conflict")
 
+// renewRetry bounds the rereads of a renewal that lost a race. Renewals of one sandbox race
+// each other (every exec of an autoRenew sandbox is one) as well as the controller's status
+// writes; each round lets at least one writer through, so n concurrent renewals need up to n
+// rounds, where retry.DefaultRetry's 5 gave up under load. Jitter spreads the rounds; the whole
+// wait stays well under a second.
+var renewRetry = wait.Backoff{Steps: 30, Duration: 2 * time.Millisecond, Factor: 1.2, Jitter: 1, Cap: 50 * time.Millisecond}
+
 // Extend sets the expiry of a sandbox to max(current, want). Expiry only moves forward, and
 // concurrent renewals cannot move it back: each write is conditional on the version it read,
 // and a conflict reads again. A sandbox without expiry, or one already expired, is a 409.
@@ -94,7 +102,7 @@ func (r *Renewer) Extend(ctx context.Context, namespace, name string, want time.
 	// Stored times have second precision: compare in what will be stored.
 	want = want.Truncate(time.Second)
 	var out *controlv1alpha1.BatchSandbox
-	err := retry.OnError(retry.DefaultRetry, func(err error) bool { return errors.Is(err, errConflict) }, func() error {
+	err := retry.OnError(renewRetry, func(err error) bool { return errors.Is(err, errConflict) }, func() error {
 		bs := &controlv1alpha1.BatchSandbox{}
 		if err := r.backend.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, bs); err != nil {
 			return translateError(err, name)
