@@ -33,7 +33,7 @@ func Resource(resource string) schema.GroupResource {
 }
 
 func knownTypes() []runtime.Object {
-	return []runtime.Object{&Sandbox{}, &SandboxList{}, &SandboxExecOptions{}, &SandboxRenewal{}, &SandboxFilesOptions{}, &SandboxProxyOptions{},
+	return []runtime.Object{&Sandbox{}, &SandboxList{}, &SandboxExecOptions{}, &SandboxRenewal{}, &SandboxFilesOptions{}, &SandboxProxyOptions{}, &SandboxLogOptions{},
 		&SandboxFile{}, &SandboxFileList{}}
 }
 

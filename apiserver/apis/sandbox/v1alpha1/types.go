@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // SandboxPhase is a coarse summary of where a sandbox is in its life.
@@ -13,7 +14,10 @@ const (
 	PhasePending SandboxPhase = "Pending"
 	// PhaseRunning: every replica has a ready pod.
 	PhaseRunning SandboxPhase = "Running"
-	// PhaseFailed: a replica cannot run (its pod failed or could not be created).
+	// PhaseSucceeded: every replica's task has ended, and all succeeded.
+	PhaseSucceeded SandboxPhase = "Succeeded"
+	// PhaseFailed: a replica cannot run (its pod failed or could not be created), or every
+	// replica's task has ended and some failed.
 	PhaseFailed SandboxPhase = "Failed"
 	// PhaseTerminating: the sandbox is being deleted.
 	PhaseTerminating SandboxPhase = "Terminating"
@@ -71,6 +75,122 @@ type SandboxSpec struct {
 	// work whatever the policy says.
 	// +optional
 	NetworkPolicy *SandboxNetworkPolicy `json:"networkPolicy,omitempty"`
+
+	// shardPatches[i] is a strategic merge patch on the pod template of replica i (template
+	// only, not poolRef): per-replica resources, labels, env. A patched template is admitted
+	// as the template is. Replicas past the end get the template as it is. Immutable.
+	// +optional
+	// +listType=atomic
+	ShardPatches []runtime.RawExtension `json:"shardPatches,omitempty"`
+
+	// taskTemplate is the task each replica runs once its pod is ready, through sandbox-execd:
+	// command, args, env, workingDir, timeoutSeconds, restartPolicy (Never or OnFailure),
+	// backoffLimit and lifecycle hooks. Its output is the log subresource; its state is
+	// status.tasks and the conditions TasksComplete and TasksFailed. Immutable once tasks
+	// have started.
+	// +optional
+	TaskTemplate *SandboxTaskTemplate `json:"taskTemplate,omitempty"`
+
+	// shardTaskPatches[i] is a strategic merge patch on the task of replica i: its args, its
+	// env (merged by name), its timeout. Immutable once tasks have started.
+	// +optional
+	// +listType=atomic
+	ShardTaskPatches []runtime.RawExtension `json:"shardTaskPatches,omitempty"`
+
+	// taskResourcePolicyWhenCompleted: Retain (the default) keeps a replica's pod when its
+	// task has ended, for exec, files and logs; Release deletes it (a pool pod goes the way of
+	// its pool's recycleStrategy) and the replica counts as done. Mutable.
+	// +optional
+	TaskResourcePolicyWhenCompleted string `json:"taskResourcePolicyWhenCompleted,omitempty"`
+}
+
+// SandboxTaskTemplate is the task of each replica.
+type SandboxTaskTemplate struct {
+	// command is the executable and its first arguments; required.
+	// +listType=atomic
+	Command []string `json:"command"`
+	// args follow command.
+	// +optional
+	// +listType=atomic
+	Args []string `json:"args,omitempty"`
+	// env is added to the task's environment, after the sandbox's env. Literal values only.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +patchMergeKey=name
+	// +patchStrategy=merge
+	Env []SandboxTaskEnvVar `json:"env,omitempty" patchStrategy:"merge" patchMergeKey:"name"`
+	// workingDir is the absolute directory the task starts in; the container's by default.
+	// +optional
+	WorkingDir string `json:"workingDir,omitempty"`
+	// timeoutSeconds bounds each attempt (DeadlineExceeded). Absent: no limit.
+	// +optional
+	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+	// restartPolicy: Never (the default: a failed attempt fails the task) or OnFailure (a
+	// failed attempt is retried, on a replacement pod if its pod was lost, up to backoffLimit
+	// times).
+	// +optional
+	RestartPolicy string `json:"restartPolicy,omitempty"`
+	// backoffLimit is the number of retries with OnFailure; 3 by default, at most 100.
+	// +optional
+	BackoffLimit *int32 `json:"backoffLimit,omitempty"`
+	// lifecycle runs commands before (preStart: its failure fails the attempt) and after
+	// (postStop: whatever the outcome) each attempt.
+	// +optional
+	Lifecycle *SandboxTaskLifecycle `json:"lifecycle,omitempty"`
+}
+
+// SandboxTaskEnvVar is one variable of a task's environment.
+type SandboxTaskEnvVar struct {
+	Name string `json:"name"`
+	// +optional
+	Value string `json:"value,omitempty"`
+}
+
+// SandboxTaskLifecycle holds the hooks of a task.
+type SandboxTaskLifecycle struct {
+	// +optional
+	PreStart *SandboxTaskHook `json:"preStart,omitempty"`
+	// +optional
+	PostStop *SandboxTaskHook `json:"postStop,omitempty"`
+}
+
+// SandboxTaskHook is a command run around each attempt of a task.
+type SandboxTaskHook struct {
+	// +listType=atomic
+	Command []string `json:"command"`
+	// timeoutSeconds bounds the hook; 30 by default.
+	// +optional
+	TimeoutSeconds *int64 `json:"timeoutSeconds,omitempty"`
+}
+
+// SandboxTaskStatus is one replica's task.
+type SandboxTaskStatus struct {
+	// replica is the index of the replica.
+	Replica int32 `json:"replica"`
+	// phase: Pending, Running, Succeeded, Failed or Unknown (contact with the pod lost).
+	Phase string `json:"phase"`
+	// pod runs (or ran) the current attempt.
+	// +optional
+	Pod string `json:"pod,omitempty"`
+	// attempts started, on every pod of the replica.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// exitCode of the last attempt that exited.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// startTime is when the first attempt started.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// finishTime is when the task ended.
+	// +optional
+	FinishTime *metav1.Time `json:"finishTime,omitempty"`
+	// reason of the last error (Error, DeadlineExceeded, BackoffLimitExceeded, PodLost, ...).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// message tells the last error.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // SandboxNetworkPolicy is an outbound policy: the first rule that matches decides, and
@@ -168,11 +288,30 @@ type SandboxStatus struct {
 	// +listType=map
 	// +listMapKey=replica
 	Pods []SandboxPodStatus `json:"pods,omitempty"`
-	// conditions: Ready, with a reason a user can act on.
+	// conditions: Ready, with a reason a user can act on; EgressReady; with a taskTemplate,
+	// TasksComplete and TasksFailed.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// taskPending, taskRunning, taskSucceeded, taskFailed and taskUnknown count the
+	// replicas' tasks by phase.
+	// +optional
+	TaskPending int32 `json:"taskPending,omitempty"`
+	// +optional
+	TaskRunning int32 `json:"taskRunning,omitempty"`
+	// +optional
+	TaskSucceeded int32 `json:"taskSucceeded,omitempty"`
+	// +optional
+	TaskFailed int32 `json:"taskFailed,omitempty"`
+	// +optional
+	TaskUnknown int32 `json:"taskUnknown,omitempty"`
+	// tasks lists the replicas' tasks, by replica index.
+	// +optional
+	// +listType=map
+	// +listMapKey=replica
+	Tasks []SandboxTaskStatus `json:"tasks,omitempty"`
 }
 
 // Sandbox is an isolated environment for running code: one or more pods that accept commands,
@@ -333,4 +472,28 @@ type SandboxExecOptions struct {
 	// timeoutSeconds kills the command, and everything it started, after that long. 0: no limit.
 	// +optional
 	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
+}
+
+// SandboxLogOptions are the query parameters of the log subresource: a task's output, as
+// pods/log serves a container's.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type SandboxLogOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// replica is the index of the replica. Defaults to 0.
+	// +optional
+	Replica int32 `json:"replica,omitempty"`
+	// follow streams the log until the attempt ends.
+	// +optional
+	Follow bool `json:"follow,omitempty"`
+	// tailLines returns only that many lines from the end.
+	// +optional
+	TailLines *int64 `json:"tailLines,omitempty"`
+	// limitBytes stops after that many bytes.
+	// +optional
+	LimitBytes *int64 `json:"limitBytes,omitempty"`
+	// previous returns the log of the previous attempt in the replica's pod.
+	// +optional
+	Previous bool `json:"previous,omitempty"`
 }

@@ -67,6 +67,11 @@ func (in SandboxList) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxLogOptions) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxLogOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxNetworkPolicy) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxNetworkPolicy"
 }
@@ -99,4 +104,29 @@ func (in SandboxSpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxStatus) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxTaskEnvVar) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxTaskEnvVar"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxTaskHook) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxTaskHook"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxTaskLifecycle) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxTaskLifecycle"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxTaskStatus) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxTaskStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxTaskTemplate) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxTaskTemplate"
 }

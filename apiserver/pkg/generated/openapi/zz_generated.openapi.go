@@ -44,6 +44,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.SandboxFileList{}.OpenAPIModelName():              schema_apiserver_apis_sandbox_v1alpha1_SandboxFileList(ref),
 		v1alpha1.SandboxFilesOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxFilesOptions(ref),
 		v1alpha1.SandboxList{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxList(ref),
+		v1alpha1.SandboxLogOptions{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxLogOptions(ref),
 		v1alpha1.SandboxNetworkPolicy{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxNetworkPolicy(ref),
 		v1alpha1.SandboxPodStatus{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref),
 		v1alpha1.SandboxPoolReference{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxPoolReference(ref),
@@ -51,6 +52,11 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.SandboxRenewal{}.OpenAPIModelName():               schema_apiserver_apis_sandbox_v1alpha1_SandboxRenewal(ref),
 		v1alpha1.SandboxSpec{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref),
 		v1alpha1.SandboxStatus{}.OpenAPIModelName():                schema_apiserver_apis_sandbox_v1alpha1_SandboxStatus(ref),
+		v1alpha1.SandboxTaskEnvVar{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskEnvVar(ref),
+		v1alpha1.SandboxTaskHook{}.OpenAPIModelName():              schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskHook(ref),
+		v1alpha1.SandboxTaskLifecycle{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskLifecycle(ref),
+		v1alpha1.SandboxTaskStatus{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskStatus(ref),
+		v1alpha1.SandboxTaskTemplate{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskTemplate(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():   schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
 		v1.Affinity{}.OpenAPIModelName():                           schema_k8sio_api_core_v1_Affinity(ref),
 		v1.AppArmorProfile{}.OpenAPIModelName():                    schema_k8sio_api_core_v1_AppArmorProfile(ref),
@@ -836,6 +842,68 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxList(ref common.ReferenceCall
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxLogOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxLogOptions are the query parameters of the log subresource: a task's output, as pods/log serves a container's.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"replica": {
+						SchemaProps: spec.SchemaProps{
+							Description: "replica is the index of the replica. Defaults to 0.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"follow": {
+						SchemaProps: spec.SchemaProps{
+							Description: "follow streams the log until the attempt ends.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"tailLines": {
+						SchemaProps: spec.SchemaProps{
+							Description: "tailLines returns only that many lines from the end.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"limitBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "limitBytes stops after that many bytes.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"previous": {
+						SchemaProps: spec.SchemaProps{
+							Description: "previous returns the log of the previous attempt in the replica's pod.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxNetworkPolicy(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1111,11 +1179,60 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref common.ReferenceCall
 							Ref:         ref(v1alpha1.SandboxNetworkPolicy{}.OpenAPIModelName()),
 						},
 					},
+					"shardPatches": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "shardPatches[i] is a strategic merge patch on the pod template of replica i (template only, not poolRef): per-replica resources, labels, env. A patched template is admitted as the template is. Replicas past the end get the template as it is. Immutable.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(runtime.RawExtension{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"taskTemplate": {
+						SchemaProps: spec.SchemaProps{
+							Description: "taskTemplate is the task each replica runs once its pod is ready, through sandbox-execd: command, args, env, workingDir, timeoutSeconds, restartPolicy (Never or OnFailure), backoffLimit and lifecycle hooks. Its output is the log subresource; its state is status.tasks and the conditions TasksComplete and TasksFailed. Immutable once tasks have started.",
+							Ref:         ref(v1alpha1.SandboxTaskTemplate{}.OpenAPIModelName()),
+						},
+					},
+					"shardTaskPatches": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "shardTaskPatches[i] is a strategic merge patch on the task of replica i: its args, its env (merged by name), its timeout. Immutable once tasks have started.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(runtime.RawExtension{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"taskResourcePolicyWhenCompleted": {
+						SchemaProps: spec.SchemaProps{
+							Description: "taskResourcePolicyWhenCompleted: Retain (the default) keeps a replica's pod when its task has ended, for exec, files and logs; Release deletes it (a pool pod goes the way of its pool's recycleStrategy) and the replica counts as done. Mutable.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.SandboxAutoRenew{}.OpenAPIModelName(), v1alpha1.SandboxNetworkPolicy{}.OpenAPIModelName(), v1alpha1.SandboxPoolReference{}.OpenAPIModelName(), v1.EnvVar{}.OpenAPIModelName(), v1.PodTemplateSpec{}.OpenAPIModelName()},
+			v1alpha1.SandboxAutoRenew{}.OpenAPIModelName(), v1alpha1.SandboxNetworkPolicy{}.OpenAPIModelName(), v1alpha1.SandboxPoolReference{}.OpenAPIModelName(), v1alpha1.SandboxTaskTemplate{}.OpenAPIModelName(), v1.EnvVar{}.OpenAPIModelName(), v1.PodTemplateSpec{}.OpenAPIModelName(), runtime.RawExtension{}.OpenAPIModelName()},
 	}
 }
 
@@ -1191,7 +1308,7 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxStatus(ref common.ReferenceCa
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "conditions: Ready, with a reason a user can act on.",
+							Description: "conditions: Ready, with a reason a user can act on; EgressReady; with a taskTemplate, TasksComplete and TasksFailed.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -1202,11 +1319,344 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxStatus(ref common.ReferenceCa
 							},
 						},
 					},
+					"taskPending": {
+						SchemaProps: spec.SchemaProps{
+							Description: "taskPending, taskRunning, taskSucceeded, taskFailed and taskUnknown count the replicas' tasks by phase.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"taskRunning": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"integer"},
+							Format: "int32",
+						},
+					},
+					"taskSucceeded": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"integer"},
+							Format: "int32",
+						},
+					},
+					"taskFailed": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"integer"},
+							Format: "int32",
+						},
+					},
+					"taskUnknown": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"integer"},
+							Format: "int32",
+						},
+					},
+					"tasks": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"replica",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "tasks lists the replicas' tasks, by replica index.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxTaskStatus{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.SandboxPodStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+			v1alpha1.SandboxPodStatus{}.OpenAPIModelName(), v1alpha1.SandboxTaskStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskEnvVar(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxTaskEnvVar is one variable of a task's environment.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"value": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskHook(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxTaskHook is a command run around each attempt of a task.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"command": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"timeoutSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "timeoutSeconds bounds the hook; 30 by default.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"command"},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskLifecycle(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxTaskLifecycle holds the hooks of a task.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"preStart": {
+						SchemaProps: spec.SchemaProps{
+							Ref: ref(v1alpha1.SandboxTaskHook{}.OpenAPIModelName()),
+						},
+					},
+					"postStop": {
+						SchemaProps: spec.SchemaProps{
+							Ref: ref(v1alpha1.SandboxTaskHook{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxTaskHook{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxTaskStatus is one replica's task.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"replica": {
+						SchemaProps: spec.SchemaProps{
+							Description: "replica is the index of the replica.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "phase: Pending, Running, Succeeded, Failed or Unknown (contact with the pod lost).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"pod": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pod runs (or ran) the current attempt.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"attempts": {
+						SchemaProps: spec.SchemaProps{
+							Description: "attempts started, on every pod of the replica.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"exitCode": {
+						SchemaProps: spec.SchemaProps{
+							Description: "exitCode of the last attempt that exited.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"startTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "startTime is when the first attempt started.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"finishTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "finishTime is when the task ended.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "reason of the last error (Error, DeadlineExceeded, BackoffLimitExceeded, PodLost, ...).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "message tells the last error.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"replica", "phase"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskTemplate(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxTaskTemplate is the task of each replica.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"command": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "command is the executable and its first arguments; required.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"args": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "args follow command.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"env": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type":       "map",
+								"x-kubernetes-patch-merge-key": "name",
+								"x-kubernetes-patch-strategy":  "merge",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "env is added to the task's environment, after the sandbox's env. Literal values only.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxTaskEnvVar{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"workingDir": {
+						SchemaProps: spec.SchemaProps{
+							Description: "workingDir is the absolute directory the task starts in; the container's by default.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"timeoutSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "timeoutSeconds bounds each attempt (DeadlineExceeded). Absent: no limit.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"restartPolicy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "restartPolicy: Never (the default: a failed attempt fails the task) or OnFailure (a failed attempt is retried, on a replacement pod if its pod was lost, up to backoffLimit times).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"backoffLimit": {
+						SchemaProps: spec.SchemaProps{
+							Description: "backoffLimit is the number of retries with OnFailure; 3 by default, at most 100.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"lifecycle": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lifecycle runs commands before (preStart: its failure fails the attempt) and after (postStop: whatever the outcome) each attempt.",
+							Ref:         ref(v1alpha1.SandboxTaskLifecycle{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"command"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxTaskEnvVar{}.OpenAPIModelName(), v1alpha1.SandboxTaskLifecycle{}.OpenAPIModelName()},
 	}
 }
 

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Labels and annotations the controller puts on what it creates. They are part of the API:
@@ -25,7 +26,7 @@ const (
 )
 
 // SandboxPhase is a coarse summary of where a sandbox is in its life.
-// +kubebuilder:validation:Enum=Pending;Running;Failed;Terminating;Expired
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Terminating;Expired
 type SandboxPhase string
 
 const (
@@ -33,7 +34,10 @@ const (
 	PhasePending SandboxPhase = "Pending"
 	// PhaseRunning: every replica has a ready pod.
 	PhaseRunning SandboxPhase = "Running"
-	// PhaseFailed: a replica cannot run (its pod failed or could not be created).
+	// PhaseSucceeded: every replica's task has ended, and all succeeded.
+	PhaseSucceeded SandboxPhase = "Succeeded"
+	// PhaseFailed: a replica cannot run (its pod failed or could not be created), or every
+	// replica's task has ended and some failed.
 	PhaseFailed SandboxPhase = "Failed"
 	// PhaseTerminating: the sandbox is being deleted.
 	PhaseTerminating SandboxPhase = "Terminating"
@@ -79,6 +83,7 @@ const FinalizerPods = "control.kube-sandbox.io/pods"
 // +kubebuilder:validation:XValidation:rule="has(self.template) != has(self.poolRef)",message="exactly one of template and poolRef is required"
 // +kubebuilder:validation:XValidation:rule="has(self.poolRef) == has(oldSelf.poolRef) && (!has(self.poolRef) || self.poolRef.name == oldSelf.poolRef.name)",message="poolRef is immutable: a sandbox keeps its mode and its pool"
 // +kubebuilder:validation:XValidation:rule="!has(self.poolRef) || !has(self.env) || self.env.all(e, !has(e.valueFrom))",message="env of a pooled sandbox takes literal values only: valueFrom is resolved when a pod starts, and a pool pod has started already"
+// +kubebuilder:validation:XValidation:rule="!has(self.poolRef) || !has(self.shardPatches) || size(self.shardPatches) == 0",message="shardPatches patch the pod template of direct mode: a pooled sandbox's pods come from its pool"
 type BatchSandboxSpec struct {
 	// replicas is the number of sandbox pods.
 	// +kubebuilder:default=1
@@ -128,6 +133,32 @@ type BatchSandboxSpec struct {
 	// pods within a second (condition EgressReady).
 	// +optional
 	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+
+	// shardPatches[i] is a strategic merge patch on the pod template of replica i (direct
+	// mode only): per-replica resources, labels, env, node selectors. Replicas past the end
+	// get the template as it is. Immutable, as the template is.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1000
+	ShardPatches []runtime.RawExtension `json:"shardPatches,omitempty"`
+
+	// taskTemplate is the task each replica runs once its pod is ready. Without it, replicas
+	// run no task (an interactive sandbox).
+	// +optional
+	TaskTemplate *TaskTemplate `json:"taskTemplate,omitempty"`
+
+	// shardTaskPatches[i] is a strategic merge patch on the task of replica i (its args, its
+	// env, ...). Replicas past the end run the template as it is.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1000
+	ShardTaskPatches []runtime.RawExtension `json:"shardTaskPatches,omitempty"`
+
+	// taskResourcePolicyWhenCompleted says what happens to a replica's pod when its task has
+	// ended: Retain (the default) keeps it, Release deletes it (a pool pod goes the way of its
+	// pool's recycleStrategy) and the replica counts as done. Mutable.
+	// +optional
+	TaskResourcePolicyWhenCompleted TaskResourcePolicy `json:"taskResourcePolicyWhenCompleted,omitempty"`
 }
 
 // PoolReference names a Pool of the same namespace.
@@ -186,11 +217,31 @@ type BatchSandboxStatus struct {
 	// +listType=map
 	// +listMapKey=replica
 	Pods []SandboxPodStatus `json:"pods,omitempty"`
-	// conditions: Ready, with a reason a user can act on.
+	// conditions: Ready, with a reason a user can act on; with a task, TasksComplete and
+	// TasksFailed.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// taskPending, taskRunning, taskSucceeded, taskFailed and taskUnknown count the
+	// replicas' tasks by phase (with a taskTemplate).
+	// +optional
+	TaskPending int32 `json:"taskPending,omitempty"`
+	// +optional
+	TaskRunning int32 `json:"taskRunning,omitempty"`
+	// +optional
+	TaskSucceeded int32 `json:"taskSucceeded,omitempty"`
+	// +optional
+	TaskFailed int32 `json:"taskFailed,omitempty"`
+	// +optional
+	TaskUnknown int32 `json:"taskUnknown,omitempty"`
+	// tasks lists the replicas' tasks, by replica index: the record that survives the pods
+	// (with Release) and restarts of the controller.
+	// +optional
+	// +listType=map
+	// +listMapKey=replica
+	Tasks []TaskStatus `json:"tasks,omitempty"`
 }
 
 // BatchSandbox is a set of sandbox pods. It is the stored truth behind a Sandbox of the same
@@ -203,6 +254,8 @@ type BatchSandboxStatus struct {
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef.name`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.taskSucceeded`,priority=1
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.taskFailed`,priority=1
 // +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.spec.expireTime`
 // +kubebuilder:selectablefield:JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
