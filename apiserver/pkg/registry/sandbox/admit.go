@@ -18,6 +18,7 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/shard"
 )
 
 // Admitter admits what a sandbox's pods may be, as the kube-apiserver admits a pod: a template
@@ -51,6 +52,24 @@ func (a *Admitter) Admit(ctx context.Context, sbx *sandboxv1alpha1.Sandbox) erro
 			Meta: &sbx.Spec.Template.ObjectMeta, Spec: &sbx.Spec.Template.Spec, Path: spec.Child("template", "spec"),
 			Env: sbx.Spec.Env, EnvPath: spec.Child("env"),
 		})
+		// Each replica's own template is admitted as the template is: a shard patch is a
+		// template too. (Validation made sure that each applies.)
+		for i := range sbx.Spec.ShardPatches {
+			if err != nil {
+				break
+			}
+			t, perr := shard.PodTemplate(sbx.Spec.Template, sbx.Spec.ShardPatches[i])
+			if perr != nil {
+				return apierrors.NewInvalid(sandboxKind, sbx.Name, field.ErrorList{field.Invalid(spec.Child("shardPatches").Index(i), "", perr.Error())})
+			}
+			var shardRes admission.Result
+			shardRes, err = a.Checker.CheckIn(ctx, a.Reader, sbx.Namespace, admission.Template{
+				Meta: &t.ObjectMeta, Spec: &t.Spec, Path: spec.Child("shardPatches").Index(i).Child("spec"),
+				Env: sbx.Spec.Env, EnvPath: spec.Child("env"),
+			})
+			res.Invalid = append(res.Invalid, shardRes.Invalid...)
+			res.NeedsPodRights = append(res.NeedsPodRights, shardRes.NeedsPodRights...)
+		}
 		if apierrors.IsNotFound(err) {
 			return apierrors.NewNotFound(corev1.Resource("namespaces"), sbx.Namespace)
 		}

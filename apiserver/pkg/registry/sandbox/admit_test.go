@@ -88,6 +88,11 @@ func TestAdmit(t *testing.T) {
 			wantCode: http.StatusUnprocessableEntity, wantField: "spec.template.spec.containers[0].securityContext.privileged"},
 		{name: "a service account for a sandbox-only user", user: "alice", sbx: direct("open", func(s *corev1.PodSpec) { s.ServiceAccountName = "admin" }),
 			wantCode: http.StatusForbidden, wantField: "spec.template.spec.serviceAccountName"},
+		{name: "a privileged shard for a sandbox-only user", user: "alice", sbx: withShardPatch(direct("open", nil), `{"spec":{"containers":[{"name":"sandbox","securityContext":{"privileged":true}}]}}`),
+			wantCode: http.StatusForbidden, wantField: "spec.shardPatches[1].spec.containers[0].securityContext.privileged"},
+		{name: "a privileged shard in a baseline namespace", user: "pod-creator", sbx: withShardPatch(direct("base", nil), `{"spec":{"containers":[{"name":"sandbox","securityContext":{"privileged":true}}]}}`),
+			wantCode: http.StatusUnprocessableEntity, wantField: "spec.shardPatches[1].spec.containers[0].securityContext.privileged"},
+		{name: "plain shards for anyone", user: "alice", sbx: withShardPatch(direct("open", nil), `{"metadata":{"labels":{"x":"y"}}}`)},
 		{name: "a missing namespace", user: "alice", sbx: direct("gone", nil), wantCode: http.StatusNotFound},
 		{name: "a plain pool for anyone", user: "alice", sbx: pooled("plain")},
 		{name: "a missing pool waits (PoolNotFound)", user: "alice", sbx: pooled("nope")},
@@ -130,6 +135,12 @@ func TestAdmit(t *testing.T) {
 
 // TestEnsureMayUseElevated: a sandbox whose pods are beyond a sandbox's is for callers who may
 // create pods; any other sandbox for anyone the subresource's RBAC lets in.
+// withShardPatch gives replica 1 the patch (replica 0 none).
+func withShardPatch(sbx *sandboxv1alpha1.Sandbox, patch string) *sandboxv1alpha1.Sandbox {
+	sbx.Spec.ShardPatches = []runtime.RawExtension{{Raw: []byte(`{}`)}, {Raw: []byte(patch)}}
+	return sbx
+}
+
 func TestEnsureMayUseElevated(t *testing.T) {
 	authz := podCreators("pod-creator")
 	marked := map[string]string{controlv1alpha1.AnnotationPodSecurity: "Namespace"}

@@ -30,6 +30,11 @@ func toBatchSandbox(sbx *sandboxv1alpha1.Sandbox) *controlv1alpha1.BatchSandbox 
 			TimeoutSeconds: sbx.Spec.TimeoutSeconds,
 			ExpireTime:     sbx.Status.ExpiresAt,
 			NetworkPolicy:  toControlNetworkPolicy(sbx.Spec.NetworkPolicy),
+
+			ShardPatches:                    sbx.Spec.ShardPatches,
+			TaskTemplate:                    toControlTaskTemplate(sbx.Spec.TaskTemplate),
+			ShardTaskPatches:                sbx.Spec.ShardTaskPatches,
+			TaskResourcePolicyWhenCompleted: controlv1alpha1.TaskResourcePolicy(sbx.Spec.TaskResourcePolicyWhenCompleted),
 		},
 	}
 	if sbx.Spec.AutoRenew != nil {
@@ -63,6 +68,11 @@ func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox
 			Env:            bs.Spec.Env,
 			TimeoutSeconds: bs.Spec.TimeoutSeconds,
 			NetworkPolicy:  fromControlNetworkPolicy(bs.Spec.NetworkPolicy),
+
+			ShardPatches:                    bs.Spec.ShardPatches,
+			TaskTemplate:                    fromControlTaskTemplate(bs.Spec.TaskTemplate),
+			ShardTaskPatches:                bs.Spec.ShardTaskPatches,
+			TaskResourcePolicyWhenCompleted: string(bs.Spec.TaskResourcePolicyWhenCompleted),
 		},
 		Status: sandboxv1alpha1.SandboxStatus{
 			ObservedGeneration: bs.Status.ObservedGeneration,
@@ -71,6 +81,11 @@ func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox
 			Replicas:           bs.Status.Replicas,
 			Ready:              bs.Status.Ready,
 			Conditions:         bs.Status.Conditions,
+			TaskPending:        bs.Status.TaskPending,
+			TaskRunning:        bs.Status.TaskRunning,
+			TaskSucceeded:      bs.Status.TaskSucceeded,
+			TaskFailed:         bs.Status.TaskFailed,
+			TaskUnknown:        bs.Status.TaskUnknown,
 		},
 	}
 	if bs.Spec.AutoRenew != nil {
@@ -92,7 +107,74 @@ func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox
 			Ready:     p.Ready,
 		})
 	}
+	for _, t := range bs.Status.Tasks {
+		sbx.Status.Tasks = append(sbx.Status.Tasks, sandboxv1alpha1.SandboxTaskStatus{
+			Replica:    t.Replica,
+			Phase:      string(t.Phase),
+			Pod:        t.Pod,
+			Attempts:   t.Attempts,
+			ExitCode:   t.ExitCode,
+			StartTime:  t.StartTime,
+			FinishTime: t.FinishTime,
+			Reason:     t.Reason,
+			Message:    t.Message,
+		})
+	}
 	return sbx
+}
+
+func toControlTaskTemplate(t *sandboxv1alpha1.SandboxTaskTemplate) *controlv1alpha1.TaskTemplate {
+	if t == nil {
+		return nil
+	}
+	out := &controlv1alpha1.TaskTemplate{
+		Command:        t.Command,
+		Args:           t.Args,
+		WorkingDir:     t.WorkingDir,
+		TimeoutSeconds: t.TimeoutSeconds,
+		RestartPolicy:  controlv1alpha1.TaskRestartPolicy(t.RestartPolicy),
+		BackoffLimit:   t.BackoffLimit,
+	}
+	for _, e := range t.Env {
+		out.Env = append(out.Env, controlv1alpha1.TaskEnvVar{Name: e.Name, Value: e.Value})
+	}
+	if l := t.Lifecycle; l != nil {
+		out.Lifecycle = &controlv1alpha1.TaskLifecycle{}
+		if l.PreStart != nil {
+			out.Lifecycle.PreStart = &controlv1alpha1.TaskHook{Command: l.PreStart.Command, TimeoutSeconds: l.PreStart.TimeoutSeconds}
+		}
+		if l.PostStop != nil {
+			out.Lifecycle.PostStop = &controlv1alpha1.TaskHook{Command: l.PostStop.Command, TimeoutSeconds: l.PostStop.TimeoutSeconds}
+		}
+	}
+	return out
+}
+
+func fromControlTaskTemplate(t *controlv1alpha1.TaskTemplate) *sandboxv1alpha1.SandboxTaskTemplate {
+	if t == nil {
+		return nil
+	}
+	out := &sandboxv1alpha1.SandboxTaskTemplate{
+		Command:        t.Command,
+		Args:           t.Args,
+		WorkingDir:     t.WorkingDir,
+		TimeoutSeconds: t.TimeoutSeconds,
+		RestartPolicy:  string(t.RestartPolicy),
+		BackoffLimit:   t.BackoffLimit,
+	}
+	for _, e := range t.Env {
+		out.Env = append(out.Env, sandboxv1alpha1.SandboxTaskEnvVar{Name: e.Name, Value: e.Value})
+	}
+	if l := t.Lifecycle; l != nil {
+		out.Lifecycle = &sandboxv1alpha1.SandboxTaskLifecycle{}
+		if l.PreStart != nil {
+			out.Lifecycle.PreStart = &sandboxv1alpha1.SandboxTaskHook{Command: l.PreStart.Command, TimeoutSeconds: l.PreStart.TimeoutSeconds}
+		}
+		if l.PostStop != nil {
+			out.Lifecycle.PostStop = &sandboxv1alpha1.SandboxTaskHook{Command: l.PostStop.Command, TimeoutSeconds: l.PostStop.TimeoutSeconds}
+		}
+	}
+	return out
 }
 
 func toControlNetworkPolicy(p *sandboxv1alpha1.SandboxNetworkPolicy) *controlv1alpha1.NetworkPolicy {

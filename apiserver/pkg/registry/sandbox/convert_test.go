@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
@@ -107,6 +108,25 @@ func TestSpecRoundTrip(t *testing.T) {
 				Env: []corev1.EnvVar{{Name: "FROM_SECRET", ValueFrom: &corev1.EnvVarSource{
 					SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "k"},
 				}}},
+			},
+		},
+		{
+			name: "tasks",
+			spec: sandboxv1alpha1.SandboxSpec{
+				Replicas:     ptr.To[int32](2),
+				Template:     &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python"}}}},
+				ShardPatches: []runtime.RawExtension{{Raw: []byte(`{"metadata":{"labels":{"a":"b"}}}`)}},
+				TaskTemplate: &sandboxv1alpha1.SandboxTaskTemplate{
+					Command: []string{"python3"}, Args: []string{"-c", "1"}, WorkingDir: "/work",
+					Env:            []sandboxv1alpha1.SandboxTaskEnvVar{{Name: "A", Value: "1"}},
+					TimeoutSeconds: ptr.To[int64](60), RestartPolicy: "OnFailure", BackoffLimit: ptr.To[int32](2),
+					Lifecycle: &sandboxv1alpha1.SandboxTaskLifecycle{
+						PreStart: &sandboxv1alpha1.SandboxTaskHook{Command: []string{"true"}, TimeoutSeconds: ptr.To[int64](5)},
+						PostStop: &sandboxv1alpha1.SandboxTaskHook{Command: []string{"false"}},
+					},
+				},
+				ShardTaskPatches:                []runtime.RawExtension{{Raw: []byte(`{"args":["x"]}`)}},
+				TaskResourcePolicyWhenCompleted: "Release",
 			},
 		},
 		{

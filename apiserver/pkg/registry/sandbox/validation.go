@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -14,6 +15,7 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/shard"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
@@ -37,6 +39,18 @@ func setDefaults(sbx *sandboxv1alpha1.Sandbox) {
 	if sbx.Spec.Replicas == nil {
 		one := int32(1)
 		sbx.Spec.Replicas = &one
+	}
+	if t := sbx.Spec.TaskTemplate; t != nil {
+		if t.RestartPolicy == "" {
+			t.RestartPolicy = string(controlv1alpha1.TaskRestartNever)
+		}
+		if t.BackoffLimit == nil {
+			limit := int32(controlv1alpha1.DefaultTaskBackoffLimit)
+			t.BackoffLimit = &limit
+		}
+		if sbx.Spec.TaskResourcePolicyWhenCompleted == "" {
+			sbx.Spec.TaskResourcePolicyWhenCompleted = string(controlv1alpha1.TaskResourceRetain)
+		}
 	}
 }
 
@@ -73,7 +87,34 @@ func validateSandboxUpdate(sbx, old *sandboxv1alpha1.Sandbox, limits Limits) fie
 	immutable(sbx.Spec.Entrypoint, old.Spec.Entrypoint, spec.Child("entrypoint"))
 	immutable(sbx.Spec.Env, old.Spec.Env, spec.Child("env"))
 	immutable(sbx.Spec.TimeoutSeconds, old.Spec.TimeoutSeconds, spec.Child("timeoutSeconds"))
+	immutable(sbx.Spec.ShardPatches, old.Spec.ShardPatches, spec.Child("shardPatches"))
+	if tasksStarted(old) {
+		// Tasks run as they were started: a change would make the status describe tasks
+		// that no longer match the spec. What happens to pods after a task (the resource
+		// policy) and the number of replicas stay mutable.
+		for _, f := range []struct {
+			newV, oldV interface{}
+			name       string
+		}{{sbx.Spec.TaskTemplate, old.Spec.TaskTemplate, "taskTemplate"}, {sbx.Spec.ShardTaskPatches, old.Spec.ShardTaskPatches, "shardTaskPatches"}} {
+			if !apiequality.Semantic.DeepEqual(f.newV, f.oldV) {
+				allErrs = append(allErrs, field.Invalid(spec.Child(f.name), "", "field is immutable once tasks have started"))
+			}
+		}
+	}
 	return allErrs
+}
+
+// tasksStarted reports whether a task of sbx has started on some replica.
+func tasksStarted(sbx *sandboxv1alpha1.Sandbox) bool {
+	if sbx.Status.TaskRunning+sbx.Status.TaskSucceeded+sbx.Status.TaskFailed+sbx.Status.TaskUnknown > 0 {
+		return true
+	}
+	for _, t := range sbx.Status.Tasks {
+		if t.Attempts > 0 || t.Phase != string(controlv1alpha1.TaskPending) {
+			return true
+		}
+	}
+	return false
 }
 
 func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.Path) field.ErrorList {
@@ -126,42 +167,10 @@ func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.P
 	case len(spec.Template.Spec.Containers) == 0:
 		allErrs = append(allErrs, field.Required(tmpl.Child("spec", "containers"), "the first container is the sandbox container"))
 	default:
-		containers := tmpl.Child("spec", "containers")
-		for i, c := range spec.Template.Spec.Containers {
-			for _, msg := range utilvalidation.IsDNS1123Label(c.Name) {
-				allErrs = append(allErrs, field.Invalid(containers.Index(i).Child("name"), c.Name, msg))
-			}
-		}
-		if spec.Template.Spec.Containers[0].Image == "" {
-			allErrs = append(allErrs, field.Required(containers.Index(0).Child("image"), ""))
-		}
-		initContainers := tmpl.Child("spec", "initContainers")
-		for i, c := range spec.Template.Spec.InitContainers {
-			switch c.Name {
-			case execdapi.InitContainerName:
-				allErrs = append(allErrs, field.Invalid(initContainers.Index(i).Child("name"), c.Name, "this name is reserved for the execd installer"))
-			case egressapi.ContainerName:
-				allErrs = append(allErrs, field.Invalid(initContainers.Index(i).Child("name"), c.Name, "this name is reserved for sandbox-egress"))
-			}
-		}
-		for i, c := range spec.Template.Spec.Containers {
-			for j, e := range c.Env {
-				if why, reserved := execdapi.ReservedEnv(e.Name); reserved {
-					allErrs = append(allErrs, field.Invalid(containers.Index(i).Child("env").Index(j).Child("name"), e.Name, "this name is reserved: "+why))
-				}
-			}
-		}
-		volumes := tmpl.Child("spec", "volumes")
-		for i, v := range spec.Template.Spec.Volumes {
-			switch v.Name {
-			case execdapi.BinaryVolume, execdapi.StateVolume, execdapi.IdentityVolume:
-				allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-execd"))
-			case egressapi.StateVolume, egressapi.IdentityVolume:
-				allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-egress"))
-			}
-		}
-		allErrs = append(allErrs, admission.EgressSpecErrors(&spec.Template.Spec, tmpl.Child("spec"))...)
+		allErrs = append(allErrs, validateTemplate(spec.Template, tmpl)...)
 	}
+	allErrs = append(allErrs, validateShardPatches(spec, fld)...)
+	allErrs = append(allErrs, validateTasks(spec, fld)...)
 
 	if spec.NetworkPolicy != nil {
 		allErrs = append(allErrs, egressapi.ValidatePolicy(spec.NetworkPolicy.EgressPolicy(), fld.Child("networkPolicy"))...)
@@ -240,4 +249,168 @@ func requestedExpiry(r *sandboxv1alpha1.SandboxRenewal, now time.Time) time.Time
 		return r.ExpiresAt.Time
 	}
 	return now.Add(time.Duration(*r.ExtendSeconds) * time.Second)
+}
+
+// validateTemplate checks a pod template (the sandbox's, or one a shard patch made) at fld.
+func validateTemplate(t *corev1.PodTemplateSpec, tmpl *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(t.Spec.Containers) == 0 {
+		return append(allErrs, field.Required(tmpl.Child("spec", "containers"), "the first container is the sandbox container"))
+	}
+	containers := tmpl.Child("spec", "containers")
+	for i, c := range t.Spec.Containers {
+		for _, msg := range utilvalidation.IsDNS1123Label(c.Name) {
+			allErrs = append(allErrs, field.Invalid(containers.Index(i).Child("name"), c.Name, msg))
+		}
+	}
+	if t.Spec.Containers[0].Image == "" {
+		allErrs = append(allErrs, field.Required(containers.Index(0).Child("image"), ""))
+	}
+	initContainers := tmpl.Child("spec", "initContainers")
+	for i, c := range t.Spec.InitContainers {
+		switch c.Name {
+		case execdapi.InitContainerName:
+			allErrs = append(allErrs, field.Invalid(initContainers.Index(i).Child("name"), c.Name, "this name is reserved for the execd installer"))
+		case egressapi.ContainerName:
+			allErrs = append(allErrs, field.Invalid(initContainers.Index(i).Child("name"), c.Name, "this name is reserved for sandbox-egress"))
+		}
+	}
+	for i, c := range t.Spec.Containers {
+		for j, e := range c.Env {
+			if why, reserved := execdapi.ReservedEnv(e.Name); reserved {
+				allErrs = append(allErrs, field.Invalid(containers.Index(i).Child("env").Index(j).Child("name"), e.Name, "this name is reserved: "+why))
+			}
+		}
+	}
+	volumes := tmpl.Child("spec", "volumes")
+	for i, v := range t.Spec.Volumes {
+		switch v.Name {
+		case execdapi.BinaryVolume, execdapi.StateVolume, execdapi.IdentityVolume, execdapi.LogVolume:
+			allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-execd"))
+		case egressapi.StateVolume, egressapi.IdentityVolume:
+			allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-egress"))
+		}
+	}
+	allErrs = append(allErrs, admission.EgressSpecErrors(&t.Spec, tmpl.Child("spec"))...)
+	return allErrs
+}
+
+// validateShardPatches checks that every shard patch applies to the template and makes a
+// template that is valid in its turn (admit checks each against the pod security level).
+func validateShardPatches(spec *sandboxv1alpha1.SandboxSpec, fld *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	patches := fld.Child("shardPatches")
+	switch {
+	case len(spec.ShardPatches) == 0:
+		return nil
+	case spec.PoolRef != nil:
+		return append(allErrs, field.Forbidden(patches, "shardPatches patch the pod template: a pooled sandbox's pods come from its pool"))
+	case spec.Template == nil || len(spec.Template.Spec.Containers) == 0:
+		return nil // told already
+	case len(spec.ShardPatches) > maxReplicas:
+		return append(allErrs, field.TooMany(patches, len(spec.ShardPatches), maxReplicas))
+	}
+	for i := range spec.ShardPatches {
+		t, err := shard.PodTemplate(spec.Template, spec.ShardPatches[i])
+		if err != nil {
+			allErrs = append(allErrs, field.Invalid(patches.Index(i), string(spec.ShardPatches[i].Raw), err.Error()))
+			continue
+		}
+		allErrs = append(allErrs, validateTemplate(t, patches.Index(i))...)
+	}
+	return allErrs
+}
+
+// validateTasks checks the task template, each shard's patched task and the resource policy.
+func validateTasks(spec *sandboxv1alpha1.SandboxSpec, fld *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	switch p := controlv1alpha1.TaskResourcePolicy(spec.TaskResourcePolicyWhenCompleted); {
+	case p != "" && p != controlv1alpha1.TaskResourceRetain && p != controlv1alpha1.TaskResourceRelease:
+		allErrs = append(allErrs, field.NotSupported(fld.Child("taskResourcePolicyWhenCompleted"), p,
+			[]string{string(controlv1alpha1.TaskResourceRetain), string(controlv1alpha1.TaskResourceRelease)}))
+	case p == controlv1alpha1.TaskResourceRelease && spec.TaskTemplate == nil:
+		allErrs = append(allErrs, field.Invalid(fld.Child("taskResourcePolicyWhenCompleted"), p, "a sandbox without a taskTemplate has no task to complete"))
+	}
+	patches := fld.Child("shardTaskPatches")
+	if spec.TaskTemplate == nil {
+		if len(spec.ShardTaskPatches) > 0 {
+			allErrs = append(allErrs, field.Forbidden(patches, "shardTaskPatches patch the taskTemplate, which is not set"))
+		}
+		return allErrs
+	}
+	task := toControlTaskTemplate(spec.TaskTemplate)
+	allErrs = append(allErrs, validateTask(task, fld.Child("taskTemplate"))...)
+	if len(allErrs) > 0 {
+		return allErrs
+	}
+	if len(spec.ShardTaskPatches) > maxReplicas {
+		return append(allErrs, field.TooMany(patches, len(spec.ShardTaskPatches), maxReplicas))
+	}
+	for i := range spec.ShardTaskPatches {
+		t, err := shard.Task(task, spec.ShardTaskPatches[i])
+		if err != nil {
+			allErrs = append(allErrs, field.Invalid(patches.Index(i), string(spec.ShardTaskPatches[i].Raw), err.Error()))
+			continue
+		}
+		allErrs = append(allErrs, validateTask(t, patches.Index(i))...)
+	}
+	return allErrs
+}
+
+// maxTaskBackoffLimit matches the CRD's bound.
+const maxTaskBackoffLimit = 100
+
+func validateTask(t *controlv1alpha1.TaskTemplate, fld *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(t.Command) == 0 || t.Command[0] == "" {
+		allErrs = append(allErrs, field.Required(fld.Child("command"), "the task's executable"))
+	}
+	seen := map[string]bool{}
+	for i, e := range t.Env {
+		name := fld.Child("env").Index(i).Child("name")
+		for _, msg := range utilvalidation.IsEnvVarName(e.Name) {
+			allErrs = append(allErrs, field.Invalid(name, e.Name, msg))
+		}
+		if why, reserved := execdapi.ReservedEnv(e.Name); reserved {
+			allErrs = append(allErrs, field.Invalid(name, e.Name, "this name is reserved: "+why))
+		}
+		if seen[e.Name] {
+			allErrs = append(allErrs, field.Duplicate(name, e.Name))
+		}
+		seen[e.Name] = true
+	}
+	if t.WorkingDir != "" && !path.IsAbs(t.WorkingDir) {
+		allErrs = append(allErrs, field.Invalid(fld.Child("workingDir"), t.WorkingDir, "must be an absolute path"))
+	}
+	if t.TimeoutSeconds != nil && *t.TimeoutSeconds < 1 {
+		allErrs = append(allErrs, field.Invalid(fld.Child("timeoutSeconds"), *t.TimeoutSeconds, "must be positive"))
+	}
+	switch t.RestartPolicy {
+	case "", controlv1alpha1.TaskRestartNever, controlv1alpha1.TaskRestartOnFailure:
+	default:
+		allErrs = append(allErrs, field.NotSupported(fld.Child("restartPolicy"), t.RestartPolicy,
+			[]string{string(controlv1alpha1.TaskRestartNever), string(controlv1alpha1.TaskRestartOnFailure)}))
+	}
+	if b := t.BackoffLimit; b != nil && (*b < 0 || *b > maxTaskBackoffLimit) {
+		allErrs = append(allErrs, field.Invalid(fld.Child("backoffLimit"), *b, fmt.Sprintf("must be between 0 and %d", maxTaskBackoffLimit)))
+	}
+	if l := t.Lifecycle; l != nil {
+		for _, hh := range []struct {
+			name string
+			h    *controlv1alpha1.TaskHook
+		}{{"preStart", l.PreStart}, {"postStop", l.PostStop}} {
+			name, h := hh.name, hh.h
+			if h == nil {
+				continue
+			}
+			hook := fld.Child("lifecycle", name)
+			if len(h.Command) == 0 || h.Command[0] == "" {
+				allErrs = append(allErrs, field.Required(hook.Child("command"), ""))
+			}
+			if h.TimeoutSeconds != nil && *h.TimeoutSeconds < 1 {
+				allErrs = append(allErrs, field.Invalid(hook.Child("timeoutSeconds"), *h.TimeoutSeconds, "must be positive"))
+			}
+		}
+	}
+	return allErrs
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
@@ -229,6 +230,75 @@ func TestValidateSandbox(t *testing.T) {
 			name:   "empty entrypoint command",
 			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Entrypoint = []string{"", "-c", "true"} },
 			want:   []fieldErr{{field.ErrorTypeInvalid, "spec.entrypoint[0]"}},
+		},
+		{
+			name: "a batch of tasks with patches",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.Replicas = ptr.To[int32](3)
+				s.Spec.ShardPatches = []runtime.RawExtension{{Raw: []byte(`{"metadata":{"labels":{"shard":"0"}}}`)}}
+				s.Spec.TaskTemplate = &sandboxv1alpha1.SandboxTaskTemplate{Command: []string{"python3", "run.py"}, RestartPolicy: "OnFailure", BackoffLimit: ptr.To[int32](2)}
+				s.Spec.ShardTaskPatches = []runtime.RawExtension{{Raw: []byte(`{"args":["0"]}`)}, {Raw: []byte(`{"env":[{"name":"SHARD","value":"1"}]}`)}}
+				s.Spec.TaskResourcePolicyWhenCompleted = "Release"
+			},
+		},
+		{
+			name: "bad tasks",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.TaskTemplate = &sandboxv1alpha1.SandboxTaskTemplate{
+					Command: []string{""}, WorkingDir: "rel", TimeoutSeconds: ptr.To[int64](0), RestartPolicy: "Always",
+					BackoffLimit: ptr.To[int32](101), Env: []sandboxv1alpha1.SandboxTaskEnvVar{{Name: "1X"}, {Name: "SANDBOX_UID"}},
+					Lifecycle: &sandboxv1alpha1.SandboxTaskLifecycle{PreStart: &sandboxv1alpha1.SandboxTaskHook{}},
+				}
+				s.Spec.TaskResourcePolicyWhenCompleted = "Keep"
+			},
+			want: []fieldErr{
+				{field.ErrorTypeNotSupported, "spec.taskResourcePolicyWhenCompleted"},
+				{field.ErrorTypeRequired, "spec.taskTemplate.command"},
+				{field.ErrorTypeInvalid, "spec.taskTemplate.env[0].name"},
+				{field.ErrorTypeInvalid, "spec.taskTemplate.env[1].name"},
+				{field.ErrorTypeInvalid, "spec.taskTemplate.workingDir"},
+				{field.ErrorTypeInvalid, "spec.taskTemplate.timeoutSeconds"},
+				{field.ErrorTypeNotSupported, "spec.taskTemplate.restartPolicy"},
+				{field.ErrorTypeInvalid, "spec.taskTemplate.backoffLimit"},
+				{field.ErrorTypeRequired, "spec.taskTemplate.lifecycle.preStart.command"},
+			},
+		},
+		{
+			name: "bad patches",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.ShardPatches = []runtime.RawExtension{
+					{Raw: []byte(`{"spec":{"containers":[{"name":"main","$patch":"delete"}]}}`)},
+					{Raw: []byte(`{"spec":{"volumes":[{"name":"kube-sandbox-execd","emptyDir":{}}]}}`)},
+					{Raw: []byte(`{"spec":{"hostNetwork":true}}`)},
+					{Raw: []byte(`{"spec":{"nodeSelector":"x"}}`)},
+				}
+				s.Spec.TaskTemplate = &sandboxv1alpha1.SandboxTaskTemplate{Command: []string{"true"}}
+				s.Spec.ShardTaskPatches = []runtime.RawExtension{{Raw: []byte(`{"command":[]}`)}, {Raw: []byte(`{"workingDir":"x"}`)}, {Raw: []byte(`{"argz":[]}`)}}
+			},
+			want: []fieldErr{
+				{field.ErrorTypeInvalid, "spec.shardPatches[0]"},
+				{field.ErrorTypeInvalid, "spec.shardPatches[1].spec.volumes[0].name"},
+				{field.ErrorTypeForbidden, "spec.shardPatches[2].spec.hostNetwork"},
+				{field.ErrorTypeInvalid, "spec.shardPatches[3]"},
+				{field.ErrorTypeInvalid, "spec.shardTaskPatches[0]"},
+				{field.ErrorTypeInvalid, "spec.shardTaskPatches[1].workingDir"},
+				{field.ErrorTypeInvalid, "spec.shardTaskPatches[2]"},
+			},
+		},
+		{
+			name: "patches without what they patch",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.Template = nil
+				s.Spec.PoolRef = &sandboxv1alpha1.SandboxPoolReference{Name: "python"}
+				s.Spec.ShardPatches = []runtime.RawExtension{{Raw: []byte(`{}`)}}
+				s.Spec.ShardTaskPatches = []runtime.RawExtension{{Raw: []byte(`{}`)}}
+				s.Spec.TaskResourcePolicyWhenCompleted = "Release"
+			},
+			want: []fieldErr{
+				{field.ErrorTypeForbidden, "spec.shardPatches"},
+				{field.ErrorTypeInvalid, "spec.taskResourcePolicyWhenCompleted"},
+				{field.ErrorTypeForbidden, "spec.shardTaskPatches"},
+			},
 		},
 		{
 			name: "every error is reported",
