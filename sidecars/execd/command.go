@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -132,6 +133,8 @@ func newServeCommand() *cobra.Command {
 	idleTimeout := DefaultStreamIdleTimeout
 	filesRoot := "/"
 	maxUpload := int64(DefaultMaxUploadBytes)
+	taskStateDir := filepath.Join(execdapi.StateDir, taskStateSubdir)
+	taskLogDir := execdapi.LogDir
 	cmd := &cobra.Command{
 		Use:   "serve [flags] [-- ENTRYPOINT [ARG...]]",
 		Short: "Run ENTRYPOINT and serve exec sessions until it exits",
@@ -158,6 +161,12 @@ not end serve; on shutdown its process group gets SIGTERM, then SIGKILL after a 
 The files API reads (GET), writes (PUT), deletes (DELETE) and moves (POST ?moveTo=) files
 under --files-root; uploads are atomic and capped by --max-upload-bytes.
 
+sandbox-controller may start the pod's task (PUT ` + execdapi.TaskPath + `) and watch its state;
+sandbox-apiserver and the controller may read its log (` + execdapi.TaskLogPath + `). serve keeps
+the task's state in --task-state-dir, so that a restarted container knows what ran, and each
+attempt's output in --task-log-dir. If the log directory cannot be made, serve runs no tasks.
+On shutdown the running attempt is killed with its process group.
+
 With an ENTRYPOINT, serve runs it as a child with serve's stdio, forwards SIGTERM, SIGINT,
 SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to it, and exits with its exit code (128+N if signal N
 killed it) when it exits. Without one, serve runs until SIGTERM or SIGINT and exits 0.
@@ -174,9 +183,17 @@ When it runs as PID 1, serve also reaps orphaned processes.`,
 			if clientCAs == "" {
 				return &ExitError{Code: 1, Err: fmt.Errorf("no client CA: set $%s to the kube-sandbox CA's certificates; sandbox-execd serves nobody without them", clientCAEnv)}
 			}
+			if !cmd.Flags().Changed("task-state-dir") {
+				// With the state directory, wherever it is.
+				taskStateDir = ""
+				if stateDir != "" {
+					taskStateDir = filepath.Join(stateDir, taskStateSubdir)
+				}
+			}
 			cfg := ServeConfig{ListenAddr: listen, HealthListenAddr: healthListen, ClientCAs: []byte(clientCAs),
 				StateDir: stateDir, IdentityTokenFile: tokenFile, Sandbox: SandboxFromEnv(os.Getenv), Entrypoint: args,
-				StreamIdleTimeout: idleTimeout, FilesRoot: filesRoot, MaxUploadBytes: maxUpload}
+				StreamIdleTimeout: idleTimeout, FilesRoot: filesRoot, MaxUploadBytes: maxUpload,
+				TaskStateDir: taskStateDir, TaskLogDir: taskLogDir}
 
 			var signals chan os.Signal
 			if len(args) > 0 {
@@ -197,7 +214,7 @@ When it runs as PID 1, serve also reaps orphaned processes.`,
 	// Everything after the first argument belongs to the entrypoint, so
 	// "serve nginx -g 'daemon off;'" works as well as "serve -- nginx ...".
 	cmd.Flags().SetInterspersed(false)
-	cmd.Flags().StringVar(&listen, "listen", listen, "Address (host:port) of the TLS port: exec, files, proxy, identity, claims, metrics.")
+	cmd.Flags().StringVar(&listen, "listen", listen, "Address (host:port) of the TLS port: exec, files, proxy, identity, claims, the task, metrics.")
 	cmd.Flags().StringVar(&healthListen, "health-listen", healthListen, "Address (host:port) of the plain-HTTP probe endpoints; empty serves none.")
 	cmd.Flags().StringVar(&clientCAEnv, "client-ca-env", clientCAEnv, "Environment variable holding the PEM certificates of the CAs whose client certificates are accepted.")
 	cmd.Flags().StringVar(&stateDir, "state-dir", stateDir, "Directory that keeps the TLS key and certificate across container restarts; empty keeps them in memory.")
@@ -205,5 +222,7 @@ When it runs as PID 1, serve also reaps orphaned processes.`,
 	cmd.Flags().DurationVar(&idleTimeout, "stream-idle-timeout", idleTimeout, "Close exec connections without traffic for this long (0: never).")
 	cmd.Flags().StringVar(&filesRoot, "files-root", filesRoot, "Directory the files API ("+FilesPath+") serves; no path may leave it. Empty disables the files API.")
 	cmd.Flags().Int64Var(&maxUpload, "max-upload-bytes", maxUpload, "Largest file upload accepted, in bytes (0: no limit).")
+	cmd.Flags().StringVar(&taskStateDir, "task-state-dir", taskStateDir, "Directory that keeps the task's state across container restarts; unless set, \""+taskStateSubdir+"\" in --state-dir (none without one). Empty disables tasks.")
+	cmd.Flags().StringVar(&taskLogDir, "task-log-dir", taskLogDir, "Directory of the task's logs (the log volume); tasks are disabled if it cannot be made. Empty disables tasks.")
 	return cmd
 }

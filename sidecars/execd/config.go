@@ -42,6 +42,11 @@ type ServeConfig struct {
 	FilesRoot string
 	// MaxUploadBytes caps one file upload; 0 means no cap.
 	MaxUploadBytes int64
+	// TaskStateDir keeps the task's state across container restarts and TaskLogDir its logs
+	// (execdapi.LogDir); either "" disables tasks, and so does a log directory that cannot
+	// be made (see Serve).
+	TaskStateDir string
+	TaskLogDir   string
 }
 
 // Validate reports every problem with the configuration at once.
@@ -78,6 +83,11 @@ func (c ServeConfig) Validate() error {
 	}
 	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
 		errs = append(errs, fmt.Errorf("state directory %q is not an absolute path", c.StateDir))
+	}
+	for _, d := range []struct{ name, dir string }{{"task state", c.TaskStateDir}, {"task log", c.TaskLogDir}} {
+		if d.dir != "" && !filepath.IsAbs(d.dir) {
+			errs = append(errs, fmt.Errorf("%s directory %q is not an absolute path", d.name, d.dir))
+		}
 	}
 	if c.MaxUploadBytes < 0 {
 		errs = append(errs, fmt.Errorf("max upload bytes %d is negative", c.MaxUploadBytes))

@@ -49,12 +49,25 @@ type HandlerConfig struct {
 	// ProxyResponseHeaderTimeout bounds the wait for a local server's response headers
 	// through the proxy endpoint; 0: DefaultProxyResponseHeaderTimeout.
 	ProxyResponseHeaderTimeout time.Duration
+	// TaskStateDir keeps the pod's task (execdapi.TaskPath) and its state across container
+	// restarts; "" disables tasks: the task endpoints answer 404. It is made if missing.
+	TaskStateDir string
+	// TaskLogDir holds the task's logs (execdapi.LogDir); required with TaskStateDir.
+	TaskLogDir string
+	// TaskHeartbeat is how often a task watch without changes carries a bare newline; 0:
+	// execdapi.TaskHeartbeat.
+	TaskHeartbeat time.Duration
+	// TaskRetryBackoff is the wait before a task's first retry, doubled for each further one
+	// up to 10 s; 0: 1 s.
+	TaskRetryBackoff time.Duration
+	// TaskMaxLogBytes bounds one attempt's log; 0: execdapi.MaxTaskLogBytes.
+	TaskMaxLogBytes int64
 	// Clock; nil: the real clock.
 	Clock clock.PassiveClock
 }
 
-// Handler serves execd's HTTP API on its TLS port: exec, files, proxy, identity, claims and
-// metrics, each for the client identities the execdapi package names. It must be served with
+// Handler serves execd's HTTP API on its TLS port: exec, files, proxy, identity, claims, the
+// task and metrics, each for the client identities the execdapi package names. It must be served with
 // ServerTLSConfig, which requires a client certificate of the kube-sandbox CA.
 type Handler struct {
 	mux                 *http.ServeMux
@@ -70,6 +83,7 @@ type Handler struct {
 	identityTokenFile   string
 	proxy               *localProxy
 	clock               clock.PassiveClock
+	tasks               *taskRunner // nil: tasks are disabled
 
 	// Exec connections are hijacked, so http.Server.Shutdown neither waits
 	// for them nor ends them; the handler owns them instead.
@@ -114,6 +128,9 @@ func NewHandler(cfg HandlerConfig, id *ServerIdentity) (*Handler, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.TaskHeartbeat < 0 || cfg.TaskRetryBackoff < 0 || cfg.TaskMaxLogBytes < 0 {
+		return nil, errors.New("the task heartbeat, retry backoff and log bound must not be negative")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		mux:                 http.NewServeMux(),
@@ -138,6 +155,19 @@ func NewHandler(cfg HandlerConfig, id *ServerIdentity) (*Handler, error) {
 		h.current = &claim{sandboxUID: s.UID, namespace: s.Namespace, name: s.Name,
 			resp: execdapi.ClaimResponse{SandboxUID: s.UID}}
 	}
+	if cfg.TaskStateDir != "" {
+		// Last: it resumes a task a previous execd of this container left, which nothing
+		// stops if NewHandler fails after it.
+		tasks, err := newTaskRunner(taskConfig{
+			stateDir: cfg.TaskStateDir, logDir: cfg.TaskLogDir, heartbeat: cfg.TaskHeartbeat,
+			retryBackoff: cfg.TaskRetryBackoff, maxLogBytes: cfg.TaskMaxLogBytes,
+		}, cfg.Reaper, func() time.Time { return cfg.Clock.Now().UTC() }, h.metrics.taskAttempts)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		h.tasks = tasks
+	}
 	// GET for websocket clients, POST for SPDY ones (kubectl's default).
 	exec := h.metrics.instrument("exec", h.serveExec)
 	h.mux.HandleFunc("GET "+execdapi.ExecPath, exec)
@@ -145,6 +175,9 @@ func NewHandler(cfg HandlerConfig, id *ServerIdentity) (*Handler, error) {
 	h.mux.HandleFunc("POST "+execdapi.ClaimPath, h.metrics.instrument("claim", h.serveClaim))
 	h.mux.HandleFunc("GET "+execdapi.IdentityPath, h.metrics.instrument("identity", h.serveIdentity))
 	h.mux.HandleFunc("PUT "+execdapi.IdentityPath, h.metrics.instrument("certificate", h.serveCertificate))
+	h.mux.HandleFunc("PUT "+execdapi.TaskPath, h.metrics.instrument("task:start", h.serveTaskStart))
+	h.mux.HandleFunc("GET "+execdapi.TaskPath, h.metrics.instrument("task", h.serveTask))
+	h.mux.HandleFunc("GET "+execdapi.TaskLogPath, h.metrics.instrument("task:log", h.serveTaskLog))
 	metrics := h.metrics.handler()
 	h.mux.HandleFunc("GET "+MetricsPath, func(w http.ResponseWriter, req *http.Request) {
 		if h.allow(w, req, execdapi.APIServerIdentity, execdapi.ControllerIdentity) {
@@ -177,13 +210,19 @@ func (h *Handler) Close() error {
 	return h.filesRoot.Close()
 }
 
-// StopSessions refuses new exec sessions, kills the running ones and waits
-// until their handlers returned.
+// StopSessions refuses new exec sessions, task watches and log follows, ends the running ones
+// and waits until their handlers returned. It also kills the task's running attempt, if any
+// (its process group: SIGTERM, then SIGKILL after a short grace), and starts no other: execd
+// stops because its container does. The task's state stays Running, so that an execd of a
+// restarted container records the attempt as ContainerRestarted.
 func (h *Handler) StopSessions() {
 	h.mu.Lock()
 	h.stopped = true
 	h.mu.Unlock()
 	h.cancelSessions()
+	if h.tasks != nil {
+		h.tasks.stop()
+	}
 	h.sessions.Wait()
 }
 
@@ -215,6 +254,11 @@ func (h *Handler) sandboxOf(req *http.Request) (*claim, int, string) {
 	if who := clientIdentity(req); who != execdapi.APIServerIdentity {
 		return nil, http.StatusForbidden, fmt.Sprintf("forbidden: %q may not use %s", who, req.URL.Path)
 	}
+	return h.namedSandbox(req)
+}
+
+// namedSandbox is sandboxOf for any client: the claim req is served under, or why not.
+func (h *Handler) namedSandbox(req *http.Request) (*claim, int, string) {
 	h.claimMu.RLock()
 	c := h.current
 	h.claimMu.RUnlock()

@@ -19,6 +19,8 @@ type metrics struct {
 	uploaded   prometheus.Counter
 	downloaded prometheus.Counter
 	claims     *prometheus.CounterVec
+	// taskAttempts counts the task's attempts by how they ended.
+	taskAttempts *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -40,12 +42,19 @@ func newMetrics() *metrics {
 			Name: "sandbox_execd_claims_total",
 			Help: "Claims (" + execdapi.ClaimPath + ") by result: claimed, repeated, conflict, invalid, failed (the entrypoint did not start) or unavailable (shutting down).",
 		}, []string{"result"}),
+		taskAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_execd_task_attempts_total",
+			Help: "Attempts of the task (" + execdapi.TaskPath + ") that ended, by result: Succeeded or the reason of the failure (Error, DeadlineExceeded, PreStartFailed, StartFailed, ContainerRestarted).",
+		}, []string{"result"}),
 	}
 	// Every result from the start, so that rates work from the first claim on.
 	for _, result := range claimResults {
 		m.claims.WithLabelValues(result)
 	}
-	m.registry.MustRegister(m.requests, m.uploaded, m.downloaded, m.claims)
+	for _, result := range taskResults {
+		m.taskAttempts.WithLabelValues(result)
+	}
+	m.registry.MustRegister(m.requests, m.uploaded, m.downloaded, m.claims, m.taskAttempts)
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"net"
 	"net/http"
@@ -31,6 +32,10 @@ const (
 	// the signal that cancelled it to arrive on its own channel too (see
 	// waitEntrypoint).
 	signalPickupDelay = 100 * time.Millisecond
+
+	// taskStateSubdir is the task state directory in execd's state directory: by default,
+	// execdapi.StateDir/task, memory-backed as the rest of it (the state is small).
+	taskStateSubdir = "task"
 )
 
 // Serve serves exec sessions on cfg.ListenAddr. With an entrypoint it runs
@@ -41,6 +46,9 @@ const (
 // An entrypoint started by a claim (see execdapi.ClaimPath) is not cfg's: its exit ends
 // nothing, signals are not forwarded to it, and when Serve returns it is
 // stopped (see Handler.StopClaimedEntrypoint).
+//
+// When Serve returns, the task's running attempt, if any, has been killed (see
+// Handler.StopSessions).
 func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int, error) {
 	if err := cfg.Validate(); err != nil {
 		return 1, err
@@ -68,9 +76,11 @@ func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int,
 		return 1, err
 	}
 	executor := NewExecutor(r)
+	taskStateDir, taskLogDir := taskDirs(cfg)
 	handler, err := NewHandler(HandlerConfig{
 		Executor: executor, Sandbox: cfg.Sandbox, IdentityTokenFile: cfg.IdentityTokenFile,
 		StreamIdleTimeout: cfg.StreamIdleTimeout, FilesRoot: cfg.FilesRoot, MaxUploadBytes: cfg.MaxUploadBytes, Reaper: r,
+		TaskStateDir: taskStateDir, TaskLogDir: taskLogDir,
 	}, id)
 	if err != nil {
 		return 1, err
@@ -84,7 +94,7 @@ func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int,
 	serveErr := make(chan error, 2)
 	wg.Go(func() { serveErr <- srv.ServeTLS(ln, "", "") })
 	klog.InfoS("Serving exec sessions", "addr", ln.Addr().String(), "reaping", r != nil,
-		"sandbox", cfg.Sandbox != nil, "certified", id.Certified())
+		"sandbox", cfg.Sandbox != nil, "certified", id.Certified(), "tasks", taskStateDir != "")
 
 	var health *http.Server
 	if cfg.HealthListenAddr != "" {
@@ -123,6 +133,36 @@ func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int,
 		}
 	}
 	return runEntrypoint(ctx, cfg.Entrypoint, r, signals, serveErr)
+}
+
+// taskDirs makes the task directories of cfg if they are missing and returns them, or "" for
+// both when tasks are disabled. The log directory is the log volume's mount point; it is made
+// only where its parent exists (in a sandbox pod, next to execd's other mount points), so that
+// execd run elsewhere makes no directory tree. If it cannot be made, as in a pod made before
+// tasks existed whose root filesystem is read-only, execd serves without tasks: the task
+// endpoints answer 404.
+func taskDirs(cfg ServeConfig) (stateDir, logDir string) {
+	if cfg.TaskStateDir == "" || cfg.TaskLogDir == "" {
+		klog.InfoS("Tasks are disabled: no task state or log directory", "stateDir", cfg.TaskStateDir, "logDir", cfg.TaskLogDir)
+		return "", ""
+	}
+	err := os.Mkdir(cfg.TaskLogDir, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		if fi, statErr := os.Stat(cfg.TaskLogDir); statErr != nil || !fi.IsDir() {
+			err = fmt.Errorf("%s is not a directory", cfg.TaskLogDir)
+		} else {
+			err = nil
+		}
+	}
+	if err != nil {
+		klog.ErrorS(err, "Tasks are disabled: the task log directory cannot be made (a pod without the log volume?)", "logDir", cfg.TaskLogDir)
+		return "", ""
+	}
+	if err := os.MkdirAll(cfg.TaskStateDir, 0o700); err != nil {
+		klog.ErrorS(err, "Tasks are disabled: the task state directory cannot be made", "stateDir", cfg.TaskStateDir)
+		return "", ""
+	}
+	return cfg.TaskStateDir, cfg.TaskLogDir
 }
 
 // runEntrypoint runs the user's program with execd's stdio and environment

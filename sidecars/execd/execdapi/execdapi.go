@@ -1,8 +1,8 @@
 // Package execdapi is the wire contract of sandbox-execd: its ports and paths, the environment
 // and files it reads in a sandbox pod, the identities it accepts, and the JSON types of its
-// claim, identity and files endpoints. sandbox-execd, sandbox-apiserver, sandbox-controller and
-// the kubectl plugin import it, and nothing else of execd: it depends on nothing heavier than
-// apimachinery's meta types.
+// claim, identity, files and task endpoints. sandbox-execd, sandbox-apiserver,
+// sandbox-controller and the kubectl plugin import it, and nothing else of execd: it depends on
+// nothing heavier than apimachinery's meta types.
 //
 // # Transport
 //
@@ -22,10 +22,12 @@
 //	*         ProxyPath  PORT/PATH: HTTP and WebSocket to localhost:PORT in the pod      apiserver
 //	GET, PUT  IdentityPath  the pod's token; its serving certificate (identity.go)        controller
 //	POST      ClaimPath  allocation of a pool pod to a sandbox (claim.go)                 controller
+//	PUT, GET  TaskPath   the pod's task: start it, its state, a watch stream (task.go)    controller
+//	GET       TaskLogPath  the task's output (task.go)                                    either
 //	GET       MetricsPath  Prometheus metrics                                             either
 //
-// exec, files and proxy need execd to belong to a sandbox: from its environment (EnvSandboxUID,
-// direct mode) or from a claim (pool mode). Each request must name that sandbox
+// exec, files, proxy and the task need execd to belong to a sandbox: from its environment
+// (EnvSandboxUID, direct mode) or from a claim (pool mode). Each request must name that sandbox
 // (SandboxUIDHeader, or ExecSandboxUIDParam for exec): one that names none is refused (400).
 package execdapi
 

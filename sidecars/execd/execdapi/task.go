@@ -18,6 +18,29 @@ import "time"
 // starts nothing (the controller repeats itself after a restart); a PUT with another ID is a
 // conflict (409). Tasks need execd to belong to a sandbox (direct mode, or a claim), and the
 // request to name it (SandboxUIDHeader).
+//
+// Answers (errors are a text/plain message):
+//
+//	200 PUT: the task's state, started now or before (same ID); GET: its state, or the stream
+//	400 a malformed body or parameter, a request that fails validation (env names as for a
+//	    claim; ID, SandboxUID and Command[0] required), or one naming no sandbox
+//	403 a client identity that may not use the path
+//	404 execd runs no tasks (a pod without the log volume); the log: no task yet, no
+//	    previous attempt, or its log is gone
+//	409 execd belongs to no sandbox or to another (header or SandboxUID), or the pod has
+//	    another task
+//	503 execd is shutting down
+//
+// How an attempt runs: PreStart, then the command, then PostStop, each in the sandbox
+// container as an exec runs (the container's env without EnvClientCA, the sandbox's env, then
+// Env; WorkingDir; a process group of its own; stdin /dev/null; stdout and stderr to the log).
+// When the command exits, whatever it left in its process group is killed; past
+// TimeoutSeconds the group gets SIGTERM, then SIGKILL a few seconds later. The attempt's end
+// is published once PostStop has run. A command that cannot start fails with StartFailed and
+// ExitCode 127 (not found) or 126 (not executable), as a shell reports it, or no ExitCode for
+// another cause; a PreStartFailed attempt has no ExitCode. When execd stops (its container
+// does), the running attempt is killed and its state stays Running; the execd of the
+// restarted container records it as ContainerRestarted.
 const (
 	TaskPath    = "/v1/task"
 	TaskLogPath = "/v1/task/log"
@@ -36,6 +59,9 @@ const (
 	// TaskLogPreviousParam ("true") serves the previous attempt's log.
 	TaskLogPreviousParam = "previous"
 )
+
+// TaskWatchContentType is the media type of a watch stream: newline-delimited JSON.
+const TaskWatchContentType = "application/x-ndjson"
 
 // TaskHeartbeat is how often a watch stream without changes carries a bare newline. A client
 // that hears nothing for three of them takes the connection for dead.

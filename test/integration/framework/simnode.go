@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -42,7 +43,6 @@ type SimulatedNode struct {
 	filesRoot string
 
 	mu      sync.Mutex
-	nextIP  int
 	servers map[types.UID]*execdServer
 }
 
@@ -50,13 +50,17 @@ type execdServer struct {
 	srv       *http.Server
 	h         *execd.Handler
 	tokenFile string
+	// taskDir holds the pod's task state and logs, as its state and log volumes would.
+	taskDir string
 }
 
 func (s *execdServer) close() {
 	_ = s.srv.Close()
+	// Also kills the pod's task, as the end of its container would.
 	s.h.StopSessions()
 	s.h.StopClaimedEntrypoint()
 	_ = os.Remove(s.tokenFile)
+	_ = os.RemoveAll(s.taskDir)
 }
 
 // StartSimulatedNode runs until ctx ends. filesRoot, when given, is the files root of every
@@ -103,12 +107,14 @@ func StartSimulatedNode(ctx context.Context, cp *ControlPlane, namespace string,
 	return n, nil
 }
 
-// address gives each pod a loopback address of its own.
+// lastIP numbers the pods of every simulated node of the process: a node's pods keep their
+// addresses until it has closed their servers, which may be after the next node started.
+var lastIP atomic.Int64
+
+// address gives each pod a loopback address of its own, 127.1.0.1 to 127.250.249.250.
 func (n *SimulatedNode) address() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.nextIP++
-	return fmt.Sprintf("127.1.%d.%d", n.nextIP/250, n.nextIP%250+1)
+	i := lastIP.Add(1)
+	return fmt.Sprintf("127.%d.%d.%d", 1+i/(250*250), (i/250)%250, i%250+1)
 }
 
 func (n *SimulatedNode) start(ctx context.Context, pod *corev1.Pod) {
@@ -169,22 +175,37 @@ func (n *SimulatedNode) serveExecd(ctx context.Context, pod *corev1.Pod, ip stri
 	}
 	_, _ = tokenFile.WriteString(tr.Status.Token)
 	_ = tokenFile.Close()
+	// What the pod's state and log volumes hold for its task.
+	taskDir, err := os.MkdirTemp("", "simnode-task-")
+	if err != nil {
+		_ = os.Remove(tokenFile.Name())
+		return err
+	}
+	cleanup := func() {
+		_ = os.Remove(tokenFile.Name())
+		_ = os.RemoveAll(taskDir)
+	}
 	h, err := execd.NewHandler(execd.HandlerConfig{
 		Executor:          execd.NewExecutor(nil),
 		Sandbox:           execd.SandboxFromEnv(func(k string) string { return env[k] }),
 		IdentityTokenFile: tokenFile.Name(),
 		FilesRoot:         n.filesRoot,
+		TaskStateDir:      filepath.Join(taskDir, "state"),
+		TaskLogDir:        filepath.Join(taskDir, "log"),
 	}, id)
 	if err != nil {
+		cleanup()
 		return err
 	}
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(execdapi.Port)))
 	if err != nil {
+		h.StopSessions()
+		cleanup()
 		return err
 	}
 	srv := execd.NewServer(h, id)
 	n.mu.Lock()
-	n.servers[pod.UID] = &execdServer{srv: srv, h: h, tokenFile: tokenFile.Name()}
+	n.servers[pod.UID] = &execdServer{srv: srv, h: h, tokenFile: tokenFile.Name(), taskDir: taskDir}
 	n.mu.Unlock()
 	go func() { _ = srv.ServeTLS(l, "", "") }()
 	return nil
