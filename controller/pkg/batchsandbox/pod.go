@@ -17,11 +17,12 @@ func podName(bs *controlv1alpha1.BatchSandbox, replica int32) string {
 	return fmt.Sprintf("%s-%d", bs.Name, replica)
 }
 
-// buildPod makes the pod of one replica from the template: execd is installed by an init
+// buildPod makes the pod of one replica from its template (the template with the replica's
+// shard patch): execd is installed by an init
 // container into an emptyDir and wraps the entrypoint of the first container, so any image
 // works unchanged; it trusts clientCA and serves the sandbox from the start.
-func buildPod(bs *controlv1alpha1.BatchSandbox, replica int32, execdImage string, clientCA []byte, sidecar *sandboxpod.Egress) *corev1.Pod {
-	tmpl := bs.Spec.Template.DeepCopy()
+func buildPod(bs *controlv1alpha1.BatchSandbox, tmpl *corev1.PodTemplateSpec, replica int32, execdImage string, clientCA []byte, sidecar *sandboxpod.Egress) *corev1.Pod {
+	tmpl = tmpl.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        podName(bs, replica),

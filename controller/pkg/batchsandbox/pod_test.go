@@ -43,11 +43,12 @@ func identityEnv() []corev1.EnvVar {
 }
 
 // execdMounts is how the sandbox container sees execd: its binary read-only, so user code
-// cannot replace the process that guards it; its state; its pod's identity token.
+// cannot replace the process that guards it; its state; its task logs; its pod's identity token.
 func execdMounts() []corev1.VolumeMount {
 	return []corev1.VolumeMount{
 		{Name: "kube-sandbox-execd", MountPath: "/.kube-sandbox/bin", ReadOnly: true},
 		{Name: "kube-sandbox-execd-state", MountPath: "/.kube-sandbox/run"},
+		{Name: "kube-sandbox-execd-log", MountPath: "/.kube-sandbox/log"},
 		{Name: "kube-sandbox-identity", MountPath: "/.kube-sandbox/identity", ReadOnly: true},
 	}
 }
@@ -59,6 +60,9 @@ func execdVolumes() []corev1.Volume {
 		}}},
 		{Name: "kube-sandbox-execd-state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi")),
+		}}},
+		{Name: "kube-sandbox-execd-log", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			SizeLimit: ptr.To(resource.MustParse("64Mi")),
 		}}},
 		{Name: "kube-sandbox-identity", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
@@ -313,7 +317,7 @@ func TestBuildPod(t *testing.T) {
 			if tc.want != nil {
 				tc.want(want)
 			}
-			got := buildPod(bs, tc.replica, testExecdImage, testClientCA, nil)
+			got := buildPod(bs, bs.Spec.Template, tc.replica, testExecdImage, testClientCA, nil)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("buildPod() mismatch (-want +got):\n%s", diff)
 			}
@@ -372,8 +376,8 @@ func TestBuildPodDoesNotMutateBatchSandbox(t *testing.T) {
 			}
 			before := bs.DeepCopy()
 
-			p0 := buildPod(bs, 0, testExecdImage, testClientCA, nil)
-			p1 := buildPod(bs, 1, testExecdImage, testClientCA, nil)
+			p0 := buildPod(bs, bs.Spec.Template, 0, testExecdImage, testClientCA, nil)
+			p1 := buildPod(bs, bs.Spec.Template, 1, testExecdImage, testClientCA, nil)
 			if diff := cmp.Diff(before, bs); diff != "" {
 				t.Fatalf("buildPod() changed the BatchSandbox (-before +after):\n%s", diff)
 			}

@@ -71,9 +71,11 @@ func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.Ba
 		}
 	}
 
+	ended := endedReplicas(bs)
+	r.releaseEnded(ctx, bs, ended, byReplica)
 	var missing []int32
 	for i := int32(0); i < desired; i++ {
-		if _, ok := byReplica[i]; !ok {
+		if _, ok := byReplica[i]; !ok && !ended[i] {
 			missing = append(missing, i)
 		}
 	}
@@ -84,7 +86,7 @@ func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.Ba
 			return reconcile.Result{}, err
 		}
 	}
-	r.reportLost(bs, byReplica, desired)
+	r.reportLost(bs, byReplica, desired, ended)
 
 	eg := &egressOnce{r: r, bs: bs, pool: r.poolOf(ctx, bs)}
 	claimed, claimFailure, claimErr := r.claimAll(ctx, bs, eg, byReplica)
@@ -92,11 +94,15 @@ func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.Ba
 		failure = claimFailure
 	}
 	egressCond, egressErr := r.enforceEgress(ctx, bs, eg, byReplica, claimed)
-	if err := r.updateStatus(ctx, bs, byReplica, claimed, failure, egressCond); err != nil {
+	tk, taskErr := r.reconcileTasks(ctx, bs, byReplica, claimed)
+	if err := r.updateStatus(ctx, bs, byReplica, claimed, tk, failure, egressCond); err != nil {
 		return reconcile.Result{}, err
 	}
 	if claimErr != nil {
 		return reconcile.Result{}, claimErr
+	}
+	if taskErr != nil {
+		return reconcile.Result{}, taskErr
 	}
 	if egressErr != nil {
 		// The workqueue's backoff retries it (a pod whose sidecar is not up yet); the expiry
@@ -435,9 +441,9 @@ func (r *Reconciler) release(ctx context.Context, bs *controlv1alpha1.BatchSandb
 
 // reportLost records an Event for each replica whose pod the status listed and that is gone or
 // replaced. The status then forgets that pod, so each loss is told once.
-func (r *Reconciler) reportLost(bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, desired int32) {
+func (r *Reconciler) reportLost(bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, desired int32, ended map[int32]bool) {
 	for _, st := range bs.Status.Pods {
-		if st.Replica >= desired {
+		if st.Replica >= desired || ended[st.Replica] {
 			continue
 		}
 		p, ok := byReplica[st.Replica]

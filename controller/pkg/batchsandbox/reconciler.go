@@ -32,6 +32,8 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxevents"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/shard"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/tasks"
 )
 
 // Reconciler reconciles a BatchSandbox.
@@ -57,6 +59,16 @@ type Reconciler struct {
 	// pushes policy changes to it; nil: pods get none (tests whose simulated nodes run no
 	// sidecars).
 	Egress *egress.Enforcer
+	// Tasks holds the watch streams to the execd of pods that run tasks; nil: tasks are not
+	// run (a taskTemplate then waits).
+	Tasks *tasks.Watcher
+	// TaskStarter starts tasks; nil: an execdclient.TaskClient with the Authority's
+	// credentials.
+	TaskStarter TaskStarter
+
+	taskStarterOnce    sync.Once
+	defaultTaskStarter TaskStarter
+	taskEvents         *taskEvents
 
 	// allocations remembers the pool pods this process allocated until the cache shows them.
 	allocations allocations
@@ -120,7 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if bs.Spec.Template == nil || len(bs.Spec.Template.Spec.Containers) == 0 {
 		// The CRD refuses this; an object written before that rule existed gets a condition.
-		return result, r.updateStatus(ctx, bs, nil, nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: "spec.template has no containers"})
+		return result, r.updateStatus(ctx, bs, nil, nil, nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: "spec.template has no containers"})
 	}
 
 	pods, err := r.listPods(ctx, bs)
@@ -128,29 +140,39 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	desired := replicas(bs)
+	ended := endedReplicas(bs)
 	byReplica := map[int32]*corev1.Pod{}
 	for i := range pods {
 		p := &pods[i]
 		idx, err := strconv.ParseInt(p.Labels[controlv1alpha1.LabelReplica], 10, 32)
 		if err != nil || idx < 0 || int32(idx) >= desired || p.Name != podName(bs, int32(idx)) {
-			// Surplus after a scale-down, or a pod whose label was tampered with.
+			// Surplus after a scale-down (the highest indexes), or a pod whose label was
+			// tampered with.
 			if p.DeletionTimestamp == nil {
 				logger.V(4).Info("deleting surplus pod", "pod", ctrl.ObjectKeyFromObject(p))
-				if err := r.Client.Delete(ctx, p); ctrl.IgnoreNotFound(err) != nil {
+				if err := r.Client.Delete(ctx, p, ctrl.Preconditions{UID: &p.UID}); ctrl.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 					return reconcile.Result{}, fmt.Errorf("delete surplus pod: %w", err)
 				}
 			}
 			continue
 		}
+		if p.Status.Phase == corev1.PodFailed && p.DeletionTimestamp == nil && !ended[int32(idx)] {
+			// Evicted, or failed for good: the replica gets a new pod (of the same name, once
+			// this one is gone, which brings the next reconcile).
+			r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodLost, "Replace",
+				"pod %s of replica %d failed (%s %s); replacing it", p.Name, idx, p.Status.Reason, p.Status.Message)
+			r.release(ctx, bs, p, "failed: "+p.Status.Reason)
+		}
 		byReplica[int32(idx)] = p
 	}
+	r.releaseEnded(ctx, bs, ended, byReplica)
 
 	var failure *sandboxpod.Problem
 	var clientCA []byte
 	var sidecar *sandboxpod.Egress
 	eg := &egressOnce{r: r, bs: bs}
 	for i := int32(0); i < desired; i++ {
-		if _, ok := byReplica[i]; ok {
+		if _, ok := byReplica[i]; ok || ended[i] {
 			continue
 		}
 		if clientCA == nil {
@@ -164,7 +186,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				var invalid *egress.InvalidPolicy
 				if errors.As(err, &invalid) {
 					// No pod without a policy it can enforce; a new spec brings a new reconcile.
-					return result, r.updateStatus(ctx, bs, byReplica, nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPolicyFailed, Message: err.Error()})
+					return result, r.updateStatus(ctx, bs, byReplica, nil, nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPolicyFailed, Message: err.Error()})
 				}
 				if err != nil {
 					return reconcile.Result{}, err
@@ -172,8 +194,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				sidecar = r.Egress.Sidecar(cfg)
 			}
 		}
-		pod := buildPod(bs, i, r.ExecdImage, clientCA, sidecar)
-		err := r.Client.Create(ctx, pod)
+		tmpl, err := shard.PodTemplateOf(bs, i)
+		if err != nil {
+			// sandbox-apiserver refuses such a patch; a BatchSandbox written directly may have it.
+			failure = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: fmt.Sprintf("spec.shardPatches[%d]: %v", i, err)}
+			continue
+		}
+		pod := buildPod(bs, tmpl, i, r.ExecdImage, clientCA, sidecar)
+		err = r.Client.Create(ctx, pod)
 		switch {
 		case err == nil:
 			logger.V(4).Info("created pod", "pod", ctrl.ObjectKeyFromObject(pod), "replica", i)
@@ -195,11 +223,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		failure = problem
 	}
 	egressCond, egressErr := r.enforceEgress(ctx, bs, eg, byReplica, certified)
-	if err := r.updateStatus(ctx, bs, byReplica, certified, failure, egressCond); err != nil {
+	tk, taskErr := r.reconcileTasks(ctx, bs, byReplica, certified)
+	if err := r.updateStatus(ctx, bs, byReplica, certified, tk, failure, egressCond); err != nil {
 		return reconcile.Result{}, err
 	}
 	if certErr != nil {
 		return reconcile.Result{}, certErr
+	}
+	if taskErr != nil {
+		return reconcile.Result{}, taskErr
 	}
 	if egressErr != nil {
 		// The workqueue's backoff retries it (a pod whose sidecar is not up yet); the expiry
@@ -266,6 +298,9 @@ func (r *Reconciler) finalize(ctx context.Context, bs *controlv1alpha1.BatchSand
 		return fmt.Errorf("remove finalizer: %w", err)
 	}
 	r.allocations.forget(ctrl.ObjectKeyFromObject(bs))
+	if r.Tasks != nil {
+		r.Tasks.Sync(types.NamespacedName{Namespace: bs.Namespace, Name: bs.Name}, nil)
+	}
 	return nil
 }
 
@@ -304,7 +339,7 @@ func (r *Reconciler) listPods(ctx context.Context, bs *controlv1alpha1.BatchSand
 // updateStatus computes the status from the pods and writes it if it changed. claimed holds,
 // per replica, the runtime ID of the container whose execd was certified (and, in pooled mode,
 // accepted the allocation): a replica is ready only when that is the running container.
-func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, failure *sandboxpod.Problem, extra ...*metav1.Condition) error {
+func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, tk *taskResult, failure *sandboxpod.Problem, extra ...*metav1.Condition) error {
 	status := controlv1alpha1.BatchSandboxStatus{
 		ObservedGeneration: bs.Generation,
 		Conditions:         append([]metav1.Condition(nil), bs.Status.Conditions...),
@@ -329,12 +364,25 @@ func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.Batch
 		if ps.Ready {
 			status.Ready++
 		}
-		if podProblem == nil {
+		switch {
+		case podProblem != nil:
+		case p.Status.Phase == corev1.PodFailed:
+			// Being replaced (direct mode; a pooled one is released at once): the replica
+			// waits for its next pod, which is no failure of the sandbox.
+			podProblem = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodLost, Pending: true,
+				Message: fmt.Sprintf("pod %s of replica %d failed (%s %s) and is being replaced", p.Name, i, p.Status.Reason, p.Status.Message)}
+		default:
 			podProblem = sandboxpod.Failure(p)
 		}
 	}
 
+	// Replicas whose task ended and whose pod was released need no pod any more.
 	desired := replicas(bs)
+	for i := range endedReplicas(bs) {
+		if _, ok := byReplica[i]; !ok && i < desired {
+			desired--
+		}
+	}
 	cond := metav1.Condition{Type: controlv1alpha1.ConditionReady, ObservedGeneration: bs.Generation}
 	switch {
 	case failure != nil:
@@ -345,6 +393,9 @@ func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.Batch
 		}
 	case podProblem != nil:
 		status.Phase = controlv1alpha1.PhaseFailed
+		if podProblem.Pending {
+			status.Phase = controlv1alpha1.PhasePending
+		}
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, podProblem.Reason, podProblem.Message
 	case status.Ready == desired:
 		status.Phase = controlv1alpha1.PhaseRunning
@@ -359,6 +410,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.Batch
 			meta.SetStatusCondition(&status.Conditions, *c)
 		}
 	}
+	r.applyTasks(bs, &status, tk)
 
 	if equality.Semantic.DeepEqual(bs.Status, status) {
 		return nil

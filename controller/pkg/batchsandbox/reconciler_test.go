@@ -727,9 +727,9 @@ func TestReconcileReportsPodFailure(t *testing.T) {
 				s.Reason = "Evicted"
 				s.Message = "The node was low on resource: memory."
 			},
-			wantPhase:   controlv1alpha1.PhaseFailed,
-			wantReason:  controlv1alpha1.ReasonPodFailed,
-			wantMessage: "pod demo-0 failed: Evicted",
+			wantPhase:   controlv1alpha1.PhasePending,
+			wantReason:  controlv1alpha1.ReasonPodLost,
+			wantMessage: "pod demo-0 of replica 0 failed (Evicted The node was low on resource: memory.) and is being replaced",
 		},
 		{
 			name:        "container still being created is not a failure",
@@ -754,9 +754,26 @@ func TestReconcileReportsPodFailure(t *testing.T) {
 			if cond.Status != metav1.ConditionFalse || cond.Reason != tc.wantReason || !strings.Contains(cond.Message, tc.wantMessage) {
 				t.Errorf("Ready condition = %s %s %q, want False %s containing %q", cond.Status, cond.Reason, cond.Message, tc.wantReason, tc.wantMessage)
 			}
-			// The failed pod is reported, not replaced: its status is what the user needs to see.
+			if len(h.podNames()) > 0 {
+				// Reported, not replaced: its status is what the user needs to see.
+				if diff := cmp.Diff([]string{"demo-0"}, h.podNames()); diff != "" {
+					t.Errorf("pods mismatch (-want +got):\n%s", diff)
+				}
+				if tc.wantReason == controlv1alpha1.ReasonPodLost {
+					t.Error("a failed pod was kept: it should be replaced")
+				}
+				return
+			}
+			// A failed pod is replaced: the next reconcile makes another of the same name.
+			if tc.wantReason != controlv1alpha1.ReasonPodLost {
+				t.Fatalf("pod demo-0 was deleted for %s", tc.wantReason)
+			}
+			h.mustReconcile()
 			if diff := cmp.Diff([]string{"demo-0"}, h.podNames()); diff != "" {
-				t.Errorf("pods mismatch (-want +got):\n%s", diff)
+				t.Errorf("no replacement pod (-want +got):\n%s", diff)
+			}
+			if !slices.ContainsFunc(h.events(), func(e string) bool { return strings.Contains(e, controlv1alpha1.ReasonPodLost) }) {
+				t.Errorf("events %v: want PodLost", h.events())
 			}
 		})
 	}

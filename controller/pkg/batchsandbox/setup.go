@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
@@ -46,6 +47,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 			Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.allSandboxes)).
 			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allSandboxes), builder.WithPredicates(nodeRangesChanged())).
 			Watches(&networkingv1.ServiceCIDR{}, handler.EnqueueRequestsFromMapFunc(r.allSandboxes))
+	}
+	if r.Tasks != nil {
+		// execd's task streams tell of every change of a task: the sandbox is reconciled
+		// then, a batch window later, with every change of the window at once.
+		r.taskEvents = newTaskEvents(TaskBatchWindow)
+		r.Tasks.Notify = r.taskEvents.notify
+		b = b.WatchesRawSource(source.Channel(r.taskEvents.ch, r.taskEvents.handler()))
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
 		Named("batchsandbox").

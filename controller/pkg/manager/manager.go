@@ -37,7 +37,9 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pool"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/tasks"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
 
 // Options are the flags of sandbox-controller.
@@ -263,6 +265,12 @@ func (o *Options) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	// One watch stream per pod that runs a task, on the leader: task progress arrives as it
+	// happens.
+	taskWatcher := &tasks.Watcher{Streamer: execdclient.NewTaskClient(authority)}
+	if err := mgr.Add(taskWatcher); err != nil {
+		return err
+	}
 	if err := (&batchsandbox.Reconciler{
 		Client:     mgr.GetClient(),
 		Recorder:   recorder,
@@ -270,6 +278,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Authority:  authority,
 		Certifier:  certifier,
 		Egress:     enforcer,
+		Tasks:      taskWatcher,
 	}).SetupWithManager(mgr, o.MaxConcurrentReconciles); err != nil {
 		return fmt.Errorf("set up batchsandbox controller: %w", err)
 	}

@@ -29,7 +29,7 @@ const ExecdInstallPath = "/usr/local/bin/sandbox-execd"
 // InjectionVersion names how Inject wires a pod; it is part of a pool's revision, so that idle
 // pods made by an older controller are replaced by its successor's. Raise it when Inject
 // changes in a way old pods cannot serve.
-const InjectionVersion = "5"
+const InjectionVersion = "6"
 
 // identityTokenSeconds is the life of the projected identity token: the kubelet renews it at
 // 80%; the controller reads it only to certify a pod, right after the pod starts.
@@ -150,6 +150,11 @@ func Inject(spec *corev1.PodSpec, o Options) {
 			// A key and a certificate: a few kilobytes, in memory.
 			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi")),
 		}}},
+		corev1.Volume{Name: execdapi.LogVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			// A task's output, on the node's disk: two attempts of at most
+			// execdapi.MaxTaskLogBytes each.
+			SizeLimit: ptr.To(resource.MustParse(execdapi.LogVolumeSizeLimit)),
+		}}},
 		corev1.Volume{Name: execdapi.IdentityVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
 				// Only sandbox-controller accepts this audience: the token opens nothing.
@@ -212,6 +217,7 @@ func Inject(spec *corev1.PodSpec, o Options) {
 	c.VolumeMounts = append(c.VolumeMounts,
 		corev1.VolumeMount{Name: execdapi.BinaryVolume, MountPath: execdapi.InstallDir, ReadOnly: true},
 		corev1.VolumeMount{Name: execdapi.StateVolume, MountPath: execdapi.StateDir},
+		corev1.VolumeMount{Name: execdapi.LogVolume, MountPath: execdapi.LogDir},
 		corev1.VolumeMount{Name: execdapi.IdentityVolume, MountPath: execdapi.IdentityDir, ReadOnly: true},
 	)
 	if c.ReadinessProbe == nil {

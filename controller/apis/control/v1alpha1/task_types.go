@@ -161,6 +161,9 @@ type TaskStatus struct {
 	// pod runs (or ran) the current attempt.
 	// +optional
 	Pod string `json:"pod,omitempty"`
+	// podUID is that pod's UID: a replacement pod has the same name in direct mode.
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
 	// attempts is the number of attempts started, on every pod of the replica.
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
