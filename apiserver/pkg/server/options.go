@@ -133,11 +133,11 @@ func (o *Options) Config() (*Config, error) {
 	}
 	serverConfig := genericapiserver.NewRecommendedConfig(Codecs)
 	serverConfig.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
-	// Streams last as long as the session or the transfer: no request timeout, and not
-	// counted against the in-flight limit of short requests, as kube-apiserver does for
-	// pods/exec and pods/proxy.
+	// Streams last as long as the session, the transfer or the followed log: no request
+	// timeout, and not counted against the in-flight limit of short requests, as
+	// kube-apiserver does for pods/exec, pods/proxy and pods/log.
 	serverConfig.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(
-		sets.NewString("watch"), sets.NewString("exec", "files", "proxy"))
+		sets.NewString("watch"), sets.NewString("exec", "files", "proxy", "log"))
 
 	namer := openapinamer.NewDefinitionNamer(Scheme)
 	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openapi.GetOpenAPIDefinitions, namer)

@@ -146,6 +146,7 @@ func (c completedConfig) New() (*SandboxServer, error) {
 		"sandboxes/renew":  sandboxregistry.NewRenewREST(renewer, limits, clk),
 		"sandboxes/exec":   &sandboxregistry.ExecREST{Access: access},
 		"sandboxes/files":  &sandboxregistry.FilesREST{Access: access, MaxUploadBytes: c.ExtraConfig.MaxUploadBytes},
+		"sandboxes/log":    &sandboxregistry.LogREST{Access: access, Reader: backend},
 		"sandboxes/proxy":  &sandboxregistry.ProxyREST{Access: access},
 	}
 	if err := genericServer.InstallAPIGroup(&apiGroupInfo); err != nil {

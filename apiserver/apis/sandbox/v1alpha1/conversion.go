@@ -41,6 +41,12 @@ func addConversionFuncs(scheme *runtime.Scheme) error {
 		}); err != nil {
 		return err
 	}
+	if err := scheme.AddConversionFunc((*url.Values)(nil), (*SandboxLogOptions)(nil),
+		func(a, b interface{}, _ conversion.Scope) error {
+			return ConvertURLValuesToSandboxLogOptions(a.(*url.Values), b.(*SandboxLogOptions))
+		}); err != nil {
+		return err
+	}
 	return scheme.AddConversionFunc((*url.Values)(nil), (*SandboxExecOptions)(nil),
 		func(a, b interface{}, _ conversion.Scope) error {
 			return ConvertURLValuesToSandboxExecOptions(a.(*url.Values), b.(*SandboxExecOptions))
@@ -100,6 +106,41 @@ func ConvertURLValuesToSandboxExecOptions(in *url.Values, out *SandboxExecOption
 			return fmt.Errorf("query parameter %q: %q is not an integer", "timeoutSeconds", v)
 		}
 		out.TimeoutSeconds = n
+	}
+	return nil
+}
+
+// ConvertURLValuesToSandboxLogOptions decodes log query parameters. Unknown parameters are
+// ignored, as for pods/log; malformed ones are an error. Ranges (negative tailLines, say) are
+// the log subresource's to judge, with a field path.
+func ConvertURLValuesToSandboxLogOptions(in *url.Values, out *SandboxLogOptions) error {
+	if err := replicaParam(in, &out.Replica); err != nil {
+		return err
+	}
+	// In a fixed order, so that the same request always gets the same error.
+	for _, p := range []struct {
+		name string
+		dst  *bool
+	}{{"follow", &out.Follow}, {"previous", &out.Previous}} {
+		if v := in.Get(p.name); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("query parameter %q: %q is not a boolean", p.name, v)
+			}
+			*p.dst = b
+		}
+	}
+	for _, p := range []struct {
+		name string
+		dst  **int64
+	}{{"tailLines", &out.TailLines}, {"limitBytes", &out.LimitBytes}} {
+		if v := in.Get(p.name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return fmt.Errorf("query parameter %q: %q is not an integer", p.name, v)
+			}
+			*p.dst = &n
+		}
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 
 var tableColumns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "Name of the sandbox"},
-	{Name: "Phase", Type: "string", Description: "Pending, Running, Failed, Expired or Terminating"},
+	{Name: "Phase", Type: "string", Description: "Pending, Running, Succeeded, Failed, Expired or Terminating"},
 	{Name: "Ready", Type: "string", Description: "Ready replicas of the desired replicas"},
 	{Name: "Pool", Type: "string", Description: "Warm pool the pods come from; <none> for a pod template"},
 	{Name: "Expires", Type: "string", Description: "Time until the sandbox expires; <none> if it never does"},
@@ -25,6 +25,7 @@ var tableColumns = []metav1.TableColumnDefinition{
 	{Name: "Pod", Type: "string", Priority: 1, Description: "Pod of the first replica"},
 	{Name: "Node", Type: "string", Priority: 1, Description: "Node of the first replica"},
 	{Name: "Egress", Type: "string", Priority: 1, Description: "Outbound network policy: default (none of the sandbox's own: the pool's or the platform's applies), deny-all, allow-all, or the default action and the number of rules, like \"deny, 2 rules\""},
+	{Name: "Tasks", Type: "string", Priority: 1, Description: "Replicas whose task succeeded of the desired replicas, and how many failed, like \"7/10 (2 failed)\"; <none> for a sandbox without a task"},
 }
 
 // tableConvertor prints sandboxes server-side, so that kubectl get shows the same columns to
@@ -110,8 +111,22 @@ func (c tableConvertor) tableRow(sbx *sandboxv1alpha1.Sandbox) metav1.TableRow {
 			c.age(sbx.CreationTimestamp),
 			image, pod, node,
 			sbx.Spec.NetworkPolicy.Summary(),
+			tasks(sbx, desired),
 		},
 	}
+}
+
+// tasks is the TASKS cell: succeeded/desired, with the failed ones when there are any, so that
+// a batch's progress and its failures show in one short column.
+func tasks(sbx *sandboxv1alpha1.Sandbox, desired int32) string {
+	if sbx.Spec.TaskTemplate == nil {
+		return "<none>"
+	}
+	s := fmt.Sprintf("%d/%d", sbx.Status.TaskSucceeded, desired)
+	if sbx.Status.TaskFailed > 0 {
+		s += fmt.Sprintf(" (%d failed)", sbx.Status.TaskFailed)
+	}
+	return s
 }
 
 func (c tableConvertor) age(t metav1.Time) string {

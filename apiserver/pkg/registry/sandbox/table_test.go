@@ -61,7 +61,7 @@ func TestConvertToTableRows(t *testing.T) {
 			},
 			want: map[string]interface{}{
 				"Name": "demo", "Phase": "Running", "Ready": "2/3", "Age": "10d", "Expires": "60m",
-				"Pod": "demo-0", "Node": "node-a", "Image": "python:3.11", "Egress": "default",
+				"Pod": "demo-0", "Node": "node-a", "Image": "python:3.11", "Egress": "default", "Tasks": "<none>",
 			},
 		},
 		{
@@ -96,6 +96,21 @@ func TestConvertToTableRows(t *testing.T) {
 			want: map[string]interface{}{
 				"Name": "starting", "Phase": "Pending", "Ready": "0/0", "Age": "60s",
 				"Pod": "starting-0", "Node": "<none>", "Image": "<none>",
+			},
+		},
+		{
+			name: "tasks done",
+			sbx: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "batch", CreationTimestamp: aMinuteAgo},
+				Spec: sandboxv1alpha1.SandboxSpec{
+					Replicas:     ptr.To[int32](2),
+					PoolRef:      &sandboxv1alpha1.SandboxPoolReference{Name: "python"},
+					TaskTemplate: &sandboxv1alpha1.SandboxTaskTemplate{Command: []string{"true"}},
+				},
+				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseSucceeded, TaskSucceeded: 2},
+			},
+			want: map[string]interface{}{
+				"Name": "batch", "Phase": "Succeeded", "Ready": "0/2", "Pool": "python", "Age": "60s", "Tasks": "2/2",
 			},
 		},
 		{
@@ -267,15 +282,58 @@ func TestConvertToTableEgress(t *testing.T) {
 	}
 }
 
-// TestEgressColumnIsWide checks that the Egress column shows with -o wide only.
-func TestEgressColumnIsWide(t *testing.T) {
-	for _, c := range tableColumns {
-		if c.Name == "Egress" {
-			if c.Priority != 1 {
-				t.Errorf("Egress has priority %d, want 1 (wide only)", c.Priority)
-			}
-			return
-		}
+func TestConvertToTableTasks(t *testing.T) {
+	task := &sandboxv1alpha1.SandboxTaskTemplate{Command: []string{"python", "eval.py"}}
+	tests := []struct {
+		name     string
+		replicas *int32
+		task     *sandboxv1alpha1.SandboxTaskTemplate
+		status   sandboxv1alpha1.SandboxStatus
+		want     string
+	}{
+		{name: "no task", replicas: ptr.To[int32](3), status: sandboxv1alpha1.SandboxStatus{TaskSucceeded: 3}, want: "<none>"},
+		{name: "none started, one replica by default", task: task, want: "0/1"},
+		{name: "some succeeded, some running", replicas: ptr.To[int32](10), task: task,
+			status: sandboxv1alpha1.SandboxStatus{TaskSucceeded: 7, TaskRunning: 3}, want: "7/10"},
+		{name: "some failed", replicas: ptr.To[int32](10), task: task,
+			status: sandboxv1alpha1.SandboxStatus{TaskSucceeded: 7, TaskFailed: 2, TaskUnknown: 1}, want: "7/10 (2 failed)"},
+		{name: "all succeeded", replicas: ptr.To[int32](4), task: task,
+			status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseSucceeded, TaskSucceeded: 4}, want: "4/4"},
+		{name: "all failed", replicas: ptr.To[int32](2), task: task,
+			status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseFailed, TaskFailed: 2}, want: "0/2 (2 failed)"},
 	}
-	t.Error("no Egress column")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sbx := &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "batch"},
+				Spec:       sandboxv1alpha1.SandboxSpec{Replicas: tt.replicas, Template: &corev1.PodTemplateSpec{}, TaskTemplate: tt.task},
+				Status:     tt.status,
+			}
+			table, err := tableConvertor{}.ConvertToTable(context.Background(), sbx, nil)
+			if err != nil {
+				t.Fatalf("ConvertToTable() error: %v", err)
+			}
+			if got := cellsByName(t, table.ColumnDefinitions, table.Rows[0])["Tasks"]; got != tt.want {
+				t.Errorf("Tasks = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestWideColumns checks that the columns of -o wide only are the wide ones.
+func TestWideColumns(t *testing.T) {
+	wide := map[string]bool{"Image": true, "Pod": true, "Node": true, "Egress": true, "Tasks": true}
+	for _, c := range tableColumns {
+		want := int32(0)
+		if wide[c.Name] {
+			want = 1
+		}
+		if c.Priority != want {
+			t.Errorf("%s has priority %d, want %d", c.Name, c.Priority, want)
+		}
+		delete(wide, c.Name)
+	}
+	for name := range wide {
+		t.Errorf("no %s column", name)
+	}
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"fmt"
 	"path"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -39,6 +41,15 @@ func setDefaults(sbx *sandboxv1alpha1.Sandbox) {
 	if sbx.Spec.Replicas == nil {
 		one := int32(1)
 		sbx.Spec.Replicas = &one
+	}
+	// An empty patch (null) patches nothing: it is stored as {}, which the CRD's schema
+	// (a list of objects) takes.
+	for _, patches := range [][]runtime.RawExtension{sbx.Spec.ShardPatches, sbx.Spec.ShardTaskPatches} {
+		for i := range patches {
+			if raw := bytes.TrimSpace(patches[i].Raw); patches[i].Object == nil && (len(raw) == 0 || string(raw) == "null") {
+				patches[i].Raw = []byte("{}")
+			}
+		}
 	}
 	if t := sbx.Spec.TaskTemplate; t != nil {
 		if t.RestartPolicy == "" {
