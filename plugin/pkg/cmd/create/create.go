@@ -4,6 +4,7 @@ package create
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/network"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
@@ -71,7 +73,18 @@ var (
 		decides). --deny-all gives it one that denies everything. Without either, the
 		sandbox has no policy of its own: its pool's policy applies, else the platform's
 		default, which denies everything. 'kubectl sandbox network' shows and changes the
-		policy later.`) + "\n\n" + network.TargetSyntax
+		policy later.
+
+		With --task, the arguments after -- are not the entrypoint but a task: each replica
+		runs it once its pod is ready, and the sandbox ends up Succeeded when every replica's
+		task exited 0, or Failed when one failed for good. 'kubectl sandbox tasks' shows each
+		replica's task, 'kubectl sandbox logs' its output, and 'kubectl sandbox wait
+		--for=TasksComplete' waits for all of them. --task-restart=OnFailure retries a failed
+		attempt up to --backoff-limit times (3 by default); --task-timeout fails an attempt that
+		runs longer; --task-env sets variables of the task only. With --release each replica's
+		pod is released once its task has ended: deleted, or recycled as its pool says (its
+		outcome stays in the status, its log goes with the pod); without it the pods stay for
+		exec, cp and logs until the sandbox is deleted or expires.`) + "\n\n" + network.TargetSyntax
 
 	createExample = cmdutil.Examples(`
 		# Create a sandbox running python that waits for commands
@@ -102,6 +115,14 @@ var (
 		# Create a sandbox from a pool whose outbound traffic is all denied
 		kubectl sandbox create offline --pool python --deny-all
 
+		# Run a task in 10 replicas, retrying failed attempts, and free each pod when it is done
+		kubectl sandbox create eval --image python:3.13-slim --replicas 10 --task \
+		  --task-restart OnFailure --backoff-limit 2 --task-timeout 30m --release -- python -c 'print(6*7)'
+
+		# Run a task with a variable of its own, then follow its output
+		kubectl sandbox create job --pool python --task --task-env MODE=eval -- python3 eval.py
+		kubectl sandbox logs job -f
+
 		# Print the sandbox that would be created, without creating it
 		kubectl sandbox create my-sandbox --image busybox --dry-run=client -o yaml`)
 )
@@ -125,6 +146,15 @@ type CreateOptions struct {
 	// Allow are the --allow targets, DenyAll --deny-all.
 	Allow   []string
 	DenyAll bool
+	// Task makes the arguments after -- the task of each replica (spec.taskTemplate) rather
+	// than the entrypoint. TaskRestart, BackoffLimit, TaskTimeout, TaskEnv and Release shape
+	// it, with --task only.
+	Task         bool
+	TaskRestart  string
+	BackoffLimit int32
+	TaskTimeout  time.Duration
+	TaskEnv      []string
+	Release      bool
 
 	// replicasSet is whether --replicas was given; without it the server's default applies.
 	replicasSet bool
@@ -138,6 +168,10 @@ type CreateOptions struct {
 	extendSeconds  *int64
 	// networkPolicy is spec.networkPolicy from --allow or --deny-all, set by Validate.
 	networkPolicy *sandboxv1alpha1.SandboxNetworkPolicy
+	// taskFlags are the --task-* flags (and --backoff-limit, --release) that were given;
+	// taskTemplate is spec.taskTemplate from them, set by Validate.
+	taskFlags    []string
+	taskTemplate *sandboxv1alpha1.SandboxTaskTemplate
 
 	Namespace string
 	Client    clientset.Interface
@@ -159,7 +193,7 @@ func NewCreateOptions(streams genericiooptions.IOStreams) *CreateOptions {
 func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewCreateOptions(streams)
 	cmd := &cobra.Command{
-		Use:                   "create NAME (--image=IMAGE | --pool=POOL) [--env=KEY=VALUE]... [--replicas=N] [--timeout=DURATION [--auto-renew=DURATION]] [--allow=TARGET[:PORTS]... | --deny-all] [-- ENTRYPOINT [ARG...]]",
+		Use:                   "create NAME (--image=IMAGE | --pool=POOL) [--env=KEY=VALUE]... [--replicas=N] [--timeout=DURATION [--auto-renew=DURATION]] [--allow=TARGET[:PORTS]... | --deny-all] [-- ENTRYPOINT [ARG...] | --task [--task-restart=Never|OnFailure] [--backoff-limit=N] [--task-timeout=DURATION] [--task-env=KEY=VALUE]... [--release] -- COMMAND [ARG...]]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Create a sandbox",
 		Long:                  createLong,
@@ -186,6 +220,14 @@ func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.
 	cmd.Flags().DurationVar(&o.AutoRenew, "auto-renew", o.AutoRenew, "With --timeout: on every exec (and file or proxy access), move the expiry to at least this long ahead (like 10m), so a sandbox in use does not expire.")
 	cmd.Flags().StringArrayVar(&o.Allow, "allow", o.Allow, "Deny all outbound traffic except to this TARGET[:PORTS] (like pypi.org:443 or 10.0.0.0/8:8080-8090/UDP); repeat or separate with commas for more, matched in order.")
 	cmd.Flags().BoolVar(&o.DenyAll, "deny-all", o.DenyAll, "Deny all outbound traffic. Without --allow or --deny-all, the pool's policy or the platform's default applies.")
+	cmd.Flags().BoolVar(&o.Task, "task", o.Task, "Run the command after -- as each replica's task (spec.taskTemplate), once its pod is ready, instead of as the entrypoint.")
+	cmd.Flags().StringVar(&o.TaskRestart, "task-restart", o.TaskRestart, "With --task: Never (the default: a failed attempt fails the task) or OnFailure (retry it, up to --backoff-limit times).")
+	_ = cmd.RegisterFlagCompletionFunc("task-restart", cobra.FixedCompletions(
+		[]string{string(controlv1alpha1.TaskRestartNever), string(controlv1alpha1.TaskRestartOnFailure)}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().Int32Var(&o.BackoffLimit, "backoff-limit", o.BackoffLimit, fmt.Sprintf("With --task-restart=OnFailure: how many times a failed task is retried (0-%d; default %d).", maxBackoffLimit, controlv1alpha1.DefaultTaskBackoffLimit))
+	cmd.Flags().DurationVar(&o.TaskTimeout, "task-timeout", o.TaskTimeout, "With --task: fail an attempt that runs longer than this (like 30m; whole seconds). Default: no limit.")
+	cmd.Flags().StringArrayVar(&o.TaskEnv, "task-env", o.TaskEnv, "With --task: an environment variable of the task only, KEY=VALUE; repeat for more.")
+	cmd.Flags().BoolVar(&o.Release, "release", o.Release, "With --task: release each replica's pod (delete it, or recycle it as its pool says) once its task has ended, its log with it, instead of keeping it until the sandbox is deleted.")
 	cmd.Flags().StringVar(&o.DryRun, "dry-run", o.DryRun, `Must be "none", "server", or "client". With "client", only print the object that would be sent; with "server", submit it without persisting it.`)
 	return cmd
 }
@@ -210,6 +252,12 @@ func (o *CreateOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []s
 	o.replicasSet = cmd.Flags().Changed("replicas")
 	o.timeoutSet = cmd.Flags().Changed("timeout")
 	o.autoRenewSet = cmd.Flags().Changed("auto-renew")
+	o.taskFlags = nil
+	for _, name := range []string{"task-restart", "backoff-limit", "task-timeout", "task-env", "release"} {
+		if cmd.Flags().Changed(name) {
+			o.taskFlags = append(o.taskFlags, name)
+		}
+	}
 
 	var err error
 	if o.Namespace, _, err = f.Namespace(); err != nil {
@@ -301,7 +349,64 @@ func (o *CreateOptions) Validate() error {
 		return err
 	}
 	o.networkPolicy = policy
+
+	task, err := o.task()
+	if err != nil {
+		return err
+	}
+	o.taskTemplate = task
 	return nil
+}
+
+// maxBackoffLimit is the API's maximum backoffLimit.
+const maxBackoffLimit = 100
+
+// task is spec.taskTemplate from --task and the flags that shape it; nil without --task.
+func (o *CreateOptions) task() (*sandboxv1alpha1.SandboxTaskTemplate, error) {
+	if !o.Task {
+		if len(o.taskFlags) > 0 {
+			return nil, fmt.Errorf("--%s requires --task", o.taskFlags[0])
+		}
+		return nil, nil
+	}
+	if len(o.Entrypoint) == 0 {
+		return nil, fmt.Errorf("--task requires the task's command after --, as in: create %s --task -- COMMAND [ARG...]", o.Name)
+	}
+	task := &sandboxv1alpha1.SandboxTaskTemplate{Command: o.Entrypoint}
+	switch {
+	case o.TaskRestart == "":
+	case strings.EqualFold(o.TaskRestart, string(controlv1alpha1.TaskRestartNever)):
+		task.RestartPolicy = string(controlv1alpha1.TaskRestartNever)
+	case strings.EqualFold(o.TaskRestart, string(controlv1alpha1.TaskRestartOnFailure)):
+		task.RestartPolicy = string(controlv1alpha1.TaskRestartOnFailure)
+	default:
+		return nil, fmt.Errorf("invalid --task-restart %q: must be Never or OnFailure", o.TaskRestart)
+	}
+	if slices.Contains(o.taskFlags, "backoff-limit") {
+		if task.RestartPolicy != string(controlv1alpha1.TaskRestartOnFailure) {
+			return nil, fmt.Errorf("--backoff-limit requires --task-restart=OnFailure: otherwise a failed task is not retried")
+		}
+		if o.BackoffLimit < 0 || o.BackoffLimit > maxBackoffLimit {
+			return nil, fmt.Errorf("--backoff-limit must be between 0 and %d, got %d", maxBackoffLimit, o.BackoffLimit)
+		}
+		limit := o.BackoffLimit
+		task.BackoffLimit = &limit
+	}
+	if slices.Contains(o.taskFlags, "task-timeout") {
+		seconds, err := cmdutil.WholeSeconds("task-timeout", o.TaskTimeout, time.Second)
+		if err != nil {
+			return nil, err
+		}
+		task.TimeoutSeconds = &seconds
+	}
+	env, err := parseEnv("task-env", o.TaskEnv)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range env {
+		task.Env = append(task.Env, sandboxv1alpha1.SandboxTaskEnvVar{Name: e.Name, Value: e.Value})
+	}
+	return task, nil
 }
 
 // NetworkPolicy is the policy of --allow and --deny-all: default Deny, with the --allow targets
@@ -332,18 +437,23 @@ func NetworkPolicy(allow []string, denyAll bool) (*sandboxv1alpha1.SandboxNetwor
 // ParseEnv turns KEY=VALUE flags into environment variables, in order. VALUE may be empty and
 // may contain '='; KEY must be a valid environment variable name and appear once.
 func ParseEnv(flags []string) ([]corev1.EnvVar, error) {
+	return parseEnv("env", flags)
+}
+
+// parseEnv is ParseEnv for the values of the flag named flag.
+func parseEnv(flag string, flags []string) ([]corev1.EnvVar, error) {
 	var env []corev1.EnvVar
 	seen := map[string]bool{}
 	for _, kv := range flags {
 		key, value, ok := strings.Cut(kv, "=")
 		if !ok {
-			return nil, fmt.Errorf("invalid --env %q: must be KEY=VALUE", kv)
+			return nil, fmt.Errorf("invalid --%s %q: must be KEY=VALUE", flag, kv)
 		}
 		if errs := validation.IsEnvVarName(key); len(errs) > 0 {
-			return nil, fmt.Errorf("invalid --env %q: %q is not a valid variable name: %s", kv, key, strings.Join(errs, "; "))
+			return nil, fmt.Errorf("invalid --%s %q: %q is not a valid variable name: %s", flag, kv, key, strings.Join(errs, "; "))
 		}
 		if seen[key] {
-			return nil, fmt.Errorf("invalid --env %q: %s is set more than once", kv, key)
+			return nil, fmt.Errorf("invalid --%s %q: %s is set more than once", flag, kv, key)
 		}
 		seen[key] = true
 		env = append(env, corev1.EnvVar{Name: key, Value: value})
@@ -356,11 +466,19 @@ func (o *CreateOptions) Sandbox() *sandboxv1alpha1.Sandbox {
 	sb := &sandboxv1alpha1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
 		Spec: sandboxv1alpha1.SandboxSpec{
-			Entrypoint:     o.Entrypoint,
 			Env:            o.envVars,
 			TimeoutSeconds: o.timeoutSeconds,
 			NetworkPolicy:  o.networkPolicy,
 		},
+	}
+	if o.taskTemplate != nil {
+		// The words after -- are the task; the container runs execd alone, waiting for it.
+		sb.Spec.TaskTemplate = o.taskTemplate.DeepCopy()
+		if o.Release {
+			sb.Spec.TaskResourcePolicyWhenCompleted = string(controlv1alpha1.TaskResourceRelease)
+		}
+	} else {
+		sb.Spec.Entrypoint = o.Entrypoint
 	}
 	if o.Pool != "" {
 		sb.Spec.PoolRef = &sandboxv1alpha1.SandboxPoolReference{Name: o.Pool}
@@ -395,9 +513,10 @@ func (o *CreateOptions) Run(ctx context.Context) error {
 	if o.DryRun == dryRunServer {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	if sb.Spec.NetworkPolicy != nil {
-		// A server that does not know spec.networkPolicy refuses the sandbox rather than
-		// creating it without the policy asked for.
+	if sb.Spec.NetworkPolicy != nil || sb.Spec.TaskTemplate != nil {
+		// A server that does not know spec.networkPolicy or spec.taskTemplate refuses the
+		// sandbox rather than creating it without the policy asked for, or as an idle
+		// sandbox that runs no task.
 		opts.FieldValidation = metav1.FieldValidationStrict
 	}
 	created, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Create(ctx, sb, opts)

@@ -268,6 +268,102 @@ func TestCreate(t *testing.T) {
 			wantErr: `error: invalid --dry-run "maybe"`,
 		},
 		{
+			name: "task: the words after -- are its command, not the entrypoint",
+			args: []string{"t1", "--image", "python:3.13-slim", "--replicas", "10", "--task", "--", "python", "-c", "print(6*7)"},
+			want: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "t1", Namespace: cmdtesting.Namespace},
+				Spec: sandboxv1alpha1.SandboxSpec{
+					Replicas:     ptr.To[int32](10),
+					Template:     template("python:3.13-slim"),
+					TaskTemplate: &sandboxv1alpha1.SandboxTaskTemplate{Command: []string{"python", "-c", "print(6*7)"}},
+				},
+			},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/t1 created\n",
+		},
+		{
+			name: "task with every flag",
+			args: []string{"t2", "--pool", "python", "--env", "A=1", "--task", "--task-restart", "onfailure", "--backoff-limit", "0",
+				"--task-timeout", "30m", "--task-env", "MODE=eval", "--task-env=SEED=", "--release", "--", "python3", "eval.py", "--fast"},
+			want: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "t2", Namespace: cmdtesting.Namespace},
+				Spec: sandboxv1alpha1.SandboxSpec{
+					PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: "python"},
+					Env:     []corev1.EnvVar{{Name: "A", Value: "1"}},
+					TaskTemplate: &sandboxv1alpha1.SandboxTaskTemplate{
+						Command:        []string{"python3", "eval.py", "--fast"},
+						RestartPolicy:  "OnFailure",
+						BackoffLimit:   ptr.To[int32](0),
+						TimeoutSeconds: ptr.To[int64](1800),
+						Env:            []sandboxv1alpha1.SandboxTaskEnvVar{{Name: "MODE", Value: "eval"}, {Name: "SEED"}},
+					},
+					TaskResourcePolicyWhenCompleted: "Release",
+				},
+			},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/t2 created\n",
+		},
+		{
+			name: "task that is never retried",
+			args: []string{"t3", "--image", "busybox", "--task", "--task-restart=Never", "--", "true"},
+			want: &sandboxv1alpha1.Sandbox{
+				ObjectMeta: metav1.ObjectMeta{Name: "t3", Namespace: cmdtesting.Namespace},
+				Spec: sandboxv1alpha1.SandboxSpec{
+					Template:     template("busybox"),
+					TaskTemplate: &sandboxv1alpha1.SandboxTaskTemplate{Command: []string{"true"}, RestartPolicy: "Never"},
+				},
+			},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/t3 created\n",
+		},
+		{
+			name:    "task in a client dry run",
+			args:    []string{"t4", "--image", "busybox", "--task", "--release", "--dry-run=client", "-o", "jsonpath={.spec.taskTemplate.command} {.spec.entrypoint} {.spec.taskResourcePolicyWhenCompleted}", "--", "sh", "-c", "exit 0"},
+			wantOut: `["sh","-c","exit 0"]  Release`,
+		},
+		{
+			name:    "task without a command",
+			args:    []string{"t5", "--image", "busybox", "--task"},
+			wantErr: "error: --task requires the task's command after --, as in: create t5 --task -- COMMAND [ARG...]\n",
+		},
+		{
+			name:    "task flags without --task",
+			args:    []string{"t5", "--image", "busybox", "--release", "--", "sleep", "1"},
+			wantErr: "error: --release requires --task\n",
+		},
+		{
+			name:    "task env without --task",
+			args:    []string{"t5", "--image", "busybox", "--task-env", "A=1"},
+			wantErr: "error: --task-env requires --task\n",
+		},
+		{
+			name:    "restart policy that does not exist",
+			args:    []string{"t5", "--image", "busybox", "--task", "--task-restart", "Always", "--", "true"},
+			wantErr: "error: invalid --task-restart \"Always\": must be Never or OnFailure\n",
+		},
+		{
+			name:    "backoff limit without retries",
+			args:    []string{"t5", "--image", "busybox", "--task", "--backoff-limit", "2", "--", "true"},
+			wantErr: "error: --backoff-limit requires --task-restart=OnFailure: otherwise a failed task is not retried\n",
+		},
+		{
+			name:    "backoff limit too high",
+			args:    []string{"t5", "--image", "busybox", "--task", "--task-restart", "OnFailure", "--backoff-limit", "101", "--", "true"},
+			wantErr: "error: --backoff-limit must be between 0 and 100, got 101\n",
+		},
+		{
+			name:    "task timeout with a fraction of a second",
+			args:    []string{"t5", "--image", "busybox", "--task", "--task-timeout", "1.5s", "--", "true"},
+			wantErr: "error: --task-timeout must be a whole number of seconds, got 1.5s\n",
+		},
+		{
+			name:    "zero task timeout",
+			args:    []string{"t5", "--image", "busybox", "--task", "--task-timeout", "0s", "--", "true"},
+			wantErr: "error: --task-timeout must be at least 1s, got 0s\n",
+		},
+		{
+			name:    "task env set twice",
+			args:    []string{"t5", "--image", "busybox", "--task", "--task-env", "A=1", "--task-env", "A=2", "--", "true"},
+			wantErr: `error: invalid --task-env "A=2": A is set more than once`,
+		},
+		{
 			name:    "already exists",
 			args:    []string{"taken", "--image", "busybox"},
 			objects: []*sandboxv1alpha1.Sandbox{existing},

@@ -1,5 +1,5 @@
 // Package sandbox is the root of kubectl-sandbox, the kubectl plugin for sandboxes of
-// sandbox.kube-sandbox.io: `kubectl sandbox create|get|list|exec|cp|ls|port-forward|wait|renew|network|delete`.
+// sandbox.kube-sandbox.io: `kubectl sandbox create|get|list|exec|cp|ls|port-forward|tasks|logs|wait|renew|network|delete`.
 package sandbox
 
 import (
@@ -19,10 +19,12 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/delete"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/exec"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/get"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/logs"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/ls"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/network"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/portforward"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/renew"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/tasks"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/wait"
 )
@@ -32,8 +34,8 @@ const displayName = "kubectl sandbox"
 
 var (
 	sandboxLong = cmdutil.LongDesc(`
-		Create, inspect, run commands in, copy files to and from, renew and delete sandboxes,
-		and control what they may reach over the network.
+		Create, inspect, run commands and tasks in, copy files to and from, renew and delete
+		sandboxes, and control what they may reach over the network.
 
 		A sandbox (sandboxes.sandbox.kube-sandbox.io) is an isolated, short-lived environment of
 		one or more pods that accept commands through the Kubernetes API. These commands use
@@ -55,6 +57,12 @@ var (
 		# Create a sandbox that expires in an hour, and later keep it for another hour
 		kubectl sandbox create scratch --image busybox --timeout 1h
 		kubectl sandbox renew scratch --for 1h
+
+		# Run a task in 10 replicas, wait for all of them to end, and see how they did
+		kubectl sandbox create eval --image python:3.13-slim --replicas 10 --task -- python -c 'print(6*7)'
+		kubectl sandbox wait eval --for=TasksComplete --timeout=1h
+		kubectl sandbox tasks eval
+		kubectl sandbox logs eval --replica 3
 
 		# Create a sandbox that may only reach PyPI, later let it reach GitHub too
 		kubectl sandbox create pip --image python:3.13-slim --allow pypi.org:443,'*.pythonhosted.org:443'
@@ -113,6 +121,8 @@ func NewCmdSandboxWithFactory(f cmdutil.Factory, streams genericiooptions.IOStre
 		cp.NewCmdCp(f, streams),
 		ls.NewCmdLs(f, streams),
 		portforward.NewCmdPortForward(f, streams),
+		tasks.NewCmdTasks(f, streams),
+		logs.NewCmdLogs(f, streams),
 		wait.NewCmdWait(f, streams),
 		renew.NewCmdRenew(f, streams),
 		network.NewCmdNetwork(f, streams),

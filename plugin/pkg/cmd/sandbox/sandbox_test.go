@@ -78,7 +78,7 @@ func TestExitCode(t *testing.T) {
 func TestHelp(t *testing.T) {
 	streams, _, _, _ := genericiooptions.NewTestIOStreams()
 	root := NewCmdSandbox(streams)
-	for _, name := range []string{"create", "exec", "cp", "ls", "port-forward", "get", "list", "wait", "renew", "network", "delete"} {
+	for _, name := range []string{"create", "exec", "cp", "ls", "port-forward", "tasks", "logs", "get", "list", "wait", "renew", "network", "delete"} {
 		t.Run(name, func(t *testing.T) {
 			var sub *cobra.Command
 			for _, c := range root.Commands() {
@@ -203,6 +203,10 @@ current-context: ctx
 			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "POST /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost/renew"},
 		{name: "wait for a missing sandbox", args: []string{"wait", "ghost", "-n", "other"},
 			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/other/sandboxes/ghost"},
+		{name: "logs reads the subresource", args: []string{"logs", "ghost", "--replica", "1", "-f"},
+			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost/log"},
+		{name: "tasks reads the sandbox", args: []string{"tasks", "ghost"},
+			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost"},
 		{name: "ls lists files, not sandboxes", args: []string{"ls", "ghost", "dir"},
 			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost/files/dir"},
 		{name: "wait for the deletion of a missing sandbox", args: []string{"wait", "ghost", "--for=delete"},

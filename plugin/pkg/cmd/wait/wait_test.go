@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing/sandboxserver"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -35,6 +37,18 @@ func sandbox(name string, uid types.UID, rv string, phase sandboxv1alpha1.Sandbo
 func failed(name, rv string) *sandboxv1alpha1.Sandbox {
 	sb := sandbox(name, types.UID("uid-"+name), rv, sandboxv1alpha1.PhaseFailed)
 	sb.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "ImagePullFailed", Message: `image "nope" not found`}}
+	return sb
+}
+
+// withTask gives sb a task.
+func withTask(sb *sandboxv1alpha1.Sandbox) *sandboxv1alpha1.Sandbox {
+	sb.Spec.TaskTemplate = &sandboxv1alpha1.SandboxTaskTemplate{Command: []string{"true"}}
+	return sb
+}
+
+// withCondition adds a condition to sb.
+func withCondition(sb *sandboxv1alpha1.Sandbox, typ string, status metav1.ConditionStatus, reason, message string) *sandboxv1alpha1.Sandbox {
+	sb.Status.Conditions = append(sb.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: message})
 	return sb
 }
 
@@ -319,12 +333,101 @@ func TestWait(t *testing.T) {
 		{
 			name:    "phase it cannot wait for",
 			args:    []string{"sb", "--for=Terminating"},
-			wantErr: "error: invalid --for \"Terminating\": must be one of Pending, Running, Failed, Expired or delete\nSee 'wait -h' for help and examples\n",
+			wantErr: "error: invalid --for \"Terminating\": must be one of Pending, Running, Succeeded, Failed, Expired, TasksComplete, condition=TYPE[=STATUS] or delete\nSee 'wait -h' for help and examples\n",
 		},
 		{
 			name:    "condition syntax of kubectl wait",
 			args:    []string{"sb", "--for=condition=Ready"},
-			wantErr: "error: invalid --for \"condition=Ready\": must be one of Pending, Running, Failed, Expired or delete\nSee 'wait -h' for help and examples\n",
+			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {withCondition(running("sb", "10"), "Ready", metav1.ConditionTrue, "", "")}},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+		},
+		{
+			name: "condition with a status, in any case",
+			args: []string{"sb", "--for=Condition=tasksfailed=false"},
+			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(pending("sb", "10"))}},
+			watches: []fakeWatch{{events: []watch.Event{
+				modified(withCondition(withTask(running("sb", "11")), "TasksFailed", metav1.ConditionFalse, "NoTaskFailed", "")),
+			}}},
+			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatches: []string{"metadata.name=sb from 10"},
+		},
+		{
+			name:    "condition without a type",
+			args:    []string{"sb", "--for=condition="},
+			wantErr: "error: invalid --for \"condition=\": a condition is condition=TYPE or condition=TYPE=STATUS\nSee 'wait -h' for help and examples\n",
+		},
+		{
+			name:    "condition with an empty status",
+			args:    []string{"sb", "--for=condition=Ready="},
+			wantErr: "error: invalid --for \"condition=Ready=\": a condition is condition=TYPE or condition=TYPE=STATUS\nSee 'wait -h' for help and examples\n",
+		},
+		{
+			name: "tasks complete",
+			args: []string{"sb", "--for=TasksComplete"},
+			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(running("sb", "10"))}},
+			watches: []fakeWatch{{events: []watch.Event{
+				modified(withCondition(withTask(running("sb", "11")), "TasksComplete", metav1.ConditionFalse, "TasksRunning", "2 of 3 tasks running")),
+				modified(withCondition(withTask(sandbox("sb", "uid-sb", "12", sandboxv1alpha1.PhaseSucceeded)), "TasksComplete", metav1.ConditionTrue, "AllSucceeded", "")),
+			}}},
+			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatches: []string{"metadata.name=sb from 10"},
+		},
+		{
+			name:    "tasks complete in any case, some failed",
+			args:    []string{"sb", "--for=taskscomplete"},
+			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {withCondition(withTask(failed("sb", "10")), "TasksComplete", metav1.ConditionTrue, "SomeFailed", "")}},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+		},
+		{
+			name:    "tasks complete of a sandbox that cannot run",
+			args:    []string{"sb", "--for=TasksComplete", "--timeout=1h"},
+			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(failed("sb", "10"))}},
+			wantErr: "error: sandbox \"sb\" failed: ImagePullFailed: image \"nope\" not found\n",
+		},
+		{
+			name:    "tasks complete of a sandbox without a task",
+			args:    []string{"sb", "--for=TasksComplete", "--timeout=1h"},
+			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {running("sb", "10")}},
+			wantErr: "error: sandbox \"sb\" runs no task (it has no spec.taskTemplate): its tasks never complete\n",
+		},
+		{
+			name:        "tasks complete times out with the reason",
+			args:        []string{"sb", "--for=TasksComplete", "--timeout=200ms"},
+			gets:        map[string][]*sandboxv1alpha1.Sandbox{"sb": {withCondition(withTask(running("sb", "10")), "TasksComplete", metav1.ConditionFalse, "TasksRunning", "2 of 3 tasks running")}},
+			wantErr:     "error: timed out waiting for the condition on sandboxes/sb: TasksRunning: 2 of 3 tasks running\n",
+			wantWatches: []string{"metadata.name=sb from 10"},
+		},
+		{
+			name: "deleted while waiting for tasks",
+			args: []string{"sb", "--for=TasksComplete", "--timeout=1h"},
+			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(running("sb", "10"))}},
+			watches: []fakeWatch{{events: []watch.Event{
+				{Type: watch.Deleted, Object: withTask(running("sb", "11"))},
+			}}},
+			wantErr:     "error: sandbox \"sb\" was deleted while waiting for condition TasksComplete=True\n",
+			wantWatches: []string{"metadata.name=sb from 10"},
+		},
+		{
+			name:    "succeeded",
+			args:    []string{"sb", "--for=succeeded"},
+			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(sandbox("sb", "uid-sb", "10", sandboxv1alpha1.PhaseSucceeded))}},
+			wantOut: "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+		},
+		{
+			name: "succeeded fails at once when a task fails",
+			args: []string{"sb", "--for=Succeeded", "--timeout=1h"},
+			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(running("sb", "10"))}},
+			watches: []fakeWatch{{events: []watch.Event{
+				modified(withCondition(withTask(sandbox("sb", "uid-sb", "11", sandboxv1alpha1.PhaseFailed)), "TasksFailed", metav1.ConditionTrue, "TaskFailed", "replica 2 exited 1")),
+			}}},
+			wantErr:     "error: sandbox \"sb\" failed: TaskFailed: replica 2 exited 1\n",
+			wantWatches: []string{"metadata.name=sb from 10"},
+		},
+		{
+			name:    "running fails at once when the tasks have ended",
+			args:    []string{"sb", "--timeout=1h"},
+			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(sandbox("sb", "uid-sb", "10", sandboxv1alpha1.PhaseSucceeded))}},
+			wantErr: "error: sandbox \"sb\" succeeded: its tasks have ended (--for=TasksComplete waits for that)\n",
 		},
 		{
 			name:    "no name",
@@ -504,5 +607,45 @@ func TestWaitOverHTTP(t *testing.T) {
 				t.Errorf("requests (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestWaitForTasksComplete waits for the tasks of a sandbox against the sandbox server
+// stand-in: the wait watches, and ends when the controller (here, the test) reports the tasks
+// complete.
+func TestWaitForTasksComplete(t *testing.T) {
+	srv := sandboxserver.New(t, cmdtesting.Namespace)
+	srv.Add(withTask(&sandboxv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: "eval"},
+		Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, TaskRunning: 2, Conditions: []metav1.Condition{
+			{Type: "TasksComplete", Status: metav1.ConditionFalse, Reason: "TasksRunning"},
+		}},
+	}))
+	srv.WatchStarted = func() {
+		srv.Modify("eval", func(sb *sandboxv1alpha1.Sandbox) {
+			sb.Status.Phase, sb.Status.TaskRunning, sb.Status.TaskSucceeded = sandboxv1alpha1.PhaseSucceeded, 0, 2
+			sb.Status.Conditions = []metav1.Condition{{Type: "TasksComplete", Status: metav1.ConditionTrue, Reason: "AllSucceeded"}}
+		})
+	}
+	f := cmdtesting.NewServerFactory(srv.URL)
+	f.RESTConfig.BearerToken = sandboxserver.UserToken
+	streams, _, out, _ := genericiooptions.NewTestIOStreams()
+	cmd := NewCmdWait(f, streams)
+	cmd.SilenceErrors, cmd.SilenceUsage = true, true
+	cmd.SetArgs([]string{"eval", "--for=TasksComplete", "--timeout=10s"})
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		var msg bytes.Buffer
+		cmdutil.PrintError(&msg, err)
+		t.Fatal(msg.String())
+	}
+	if out.String() != "sandbox.sandbox.kube-sandbox.io/eval condition met\n" {
+		t.Errorf("output %q", out.String())
+	}
+	var watched bool
+	for _, r := range srv.Requests() {
+		watched = watched || strings.Contains(r.RawQuery, "watch=true")
+	}
+	if !watched {
+		t.Error("the wait did not watch")
 	}
 }

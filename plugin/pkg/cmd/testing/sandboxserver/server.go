@@ -1,7 +1,7 @@
 // Package sandboxserver is a stand-in for the sandbox API server in tests: the files
 // subresource is served by execd's own handler over a temporary directory, its answers typed as
-// the real server types them, and the proxy subresource echoes HTTP requests and upgraded
-// connections. The sandboxes themselves are kept in memory (see objects.go) and served as the
+// the real server types them, the proxy subresource echoes HTTP requests and upgraded
+// connections, and the log subresource serves the task logs a test sets (see log.go). The sandboxes themselves are kept in memory (see objects.go) and served as the
 // API server does: get, list and watch, create, JSON merge patch and update, with
 // resourceVersions, generations and conflicts.
 package sandboxserver
@@ -83,6 +83,7 @@ type Server struct {
 	mu       sync.Mutex
 	requests []Request
 	store
+	logs map[taskLogKey]string
 }
 
 // New starts a Server knowing the sandboxes of namespace, closed when the test ends.
@@ -192,6 +193,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		_, _ = io.Copy(w, resp.Body)
 	case "proxy":
 		s.proxy(w, req)
+	case "log":
+		s.serveLog(w, req, name)
 	default:
 		writeStatus(w, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes/"+sub), name))
 	}

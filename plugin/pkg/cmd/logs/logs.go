@@ -1,0 +1,165 @@
+// Package logs implements `kubectl sandbox logs`.
+package logs
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
+	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+)
+
+var (
+	logsLong = cmdutil.LongDesc(`
+		Print the output of a sandbox's task.
+
+		A sandbox created with a task ('kubectl sandbox create --task') runs it in each replica;
+		this prints what the task of one replica (the first unless --replica is given) wrote to
+		its standard output and error, interleaved as they came, from its current attempt, or
+		with --previous from the attempt before (a task retried with --task-restart=OnFailure).
+		With -f the output streams until the attempt ends. The log lives in the replica's pod:
+		a sandbox created with --release deletes it with the pod once the task has ended.`)
+
+	logsExample = cmdutil.Examples(`
+		# Print the output of the task of sandbox eval
+		kubectl sandbox logs eval
+
+		# Follow the output of the task of the third replica
+		kubectl sandbox logs eval --replica 2 -f
+
+		# Print the last 20 lines of the previous attempt, at most 1 MiB of them
+		kubectl sandbox logs eval --previous --tail 20 --limit-bytes 1048576`)
+)
+
+// LogsOptions are the inputs of `kubectl sandbox logs`.
+type LogsOptions struct {
+	Name     string
+	Replica  int32
+	Follow   bool
+	Previous bool
+	// Tail is the number of lines from the end to print; -1: all, as kubectl logs'.
+	Tail int64
+	// LimitBytes bounds the bytes printed; 0: no bound, as kubectl logs'.
+	LimitBytes int64
+
+	Namespace  string
+	RESTClient rest.Interface
+
+	genericiooptions.IOStreams
+}
+
+// NewLogsOptions returns LogsOptions with kubectl logs' defaults: the whole log.
+func NewLogsOptions(streams genericiooptions.IOStreams) *LogsOptions {
+	return &LogsOptions{Tail: -1, IOStreams: streams}
+}
+
+// NewCmdLogs returns the `logs` command.
+func NewCmdLogs(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewLogsOptions(streams)
+	cmd := &cobra.Command{
+		Use:                   "logs NAME [--replica=N] [-f] [-p] [--tail=N] [--limit-bytes=N]",
+		DisableFlagsInUseLine: true,
+		Short:                 "Print the output of a sandbox's task",
+		Long:                  logsLong,
+		Example:               logsExample,
+		ValidArgsFunction:     cmdutil.SandboxNameCompletion(f, true),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f, cmd, args); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().Int32Var(&o.Replica, "replica", o.Replica, "Index of the replica whose task's output to print.")
+	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", o.Follow, "Stream the output until the task's attempt ends.")
+	cmd.Flags().BoolVarP(&o.Previous, "previous", "p", o.Previous, "Print the output of the previous attempt of the task, if there was one.")
+	cmd.Flags().Int64Var(&o.Tail, "tail", o.Tail, "Lines of the end of the output to print; -1: all of it.")
+	cmd.Flags().Int64Var(&o.LimitBytes, "limit-bytes", o.LimitBytes, "Bytes of output to print at most; 0: no limit.")
+	return cmd
+}
+
+// Complete takes the name, the namespace and the REST client.
+func (o *LogsOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string) error {
+	switch len(args) {
+	case 0:
+		return cmdutil.UsageErrorf(cmd, "sandbox NAME is required")
+	case 1:
+		o.Name = args[0]
+	default:
+		return cmdutil.UsageErrorf(cmd, "logs takes one NAME, got %q", args)
+	}
+	var err error
+	if o.Namespace, _, err = f.Namespace(); err != nil {
+		return err
+	}
+	config, err := f.ToRESTConfig()
+	if err != nil {
+		return err
+	}
+	// A REST client of the group, as exec and renew use for their subresources.
+	typed, err := typedsandbox.NewForConfig(config)
+	if err != nil {
+		return fmt.Errorf("create sandbox REST client: %w", err)
+	}
+	o.RESTClient = typed.RESTClient()
+	return nil
+}
+
+// Validate checks the flags as kubectl logs checks its own.
+func (o *LogsOptions) Validate() error {
+	if o.Replica < 0 {
+		return fmt.Errorf("--replica must not be negative, got %d", o.Replica)
+	}
+	if o.Tail < -1 {
+		return fmt.Errorf("--tail must be -1 (all) or more, got %d", o.Tail)
+	}
+	if o.LimitBytes < 0 {
+		return fmt.Errorf("--limit-bytes must be 0 (no limit) or more, got %d", o.LimitBytes)
+	}
+	return nil
+}
+
+// options are the query of the log request.
+func (o *LogsOptions) options() *sandboxv1alpha1.SandboxLogOptions {
+	opts := &sandboxv1alpha1.SandboxLogOptions{Replica: o.Replica, Follow: o.Follow, Previous: o.Previous}
+	if o.Tail >= 0 {
+		tail := o.Tail
+		opts.TailLines = &tail
+	}
+	if o.LimitBytes > 0 {
+		limit := o.LimitBytes
+		opts.LimitBytes = &limit
+	}
+	return opts
+}
+
+// Run streams the log to the output until the server ends it, or ctx ends (an interrupted
+// follow).
+func (o *LogsOptions) Run(ctx context.Context) error {
+	stream, err := o.RESTClient.Get().
+		Namespace(o.Namespace).
+		Resource("sandboxes").
+		Name(o.Name).
+		SubResource("log").
+		VersionedParams(o.options(), scheme.ParameterCodec).
+		Stream(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stream.Close() }()
+	if _, err := io.Copy(o.Out, stream); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("read the log of sandbox %q: %w", o.Name, err)
+	}
+	return nil
+}
