@@ -39,7 +39,7 @@ var (
 	runs      = flag.Int("runs", 200, "exec round trips per path")
 	streamMB  = flag.Int("stream-mb", 1024, "MiB streamed through exec per path")
 	fileMB    = flag.Int("file-mb", 200, "MiB uploaded and downloaded per path")
-	only      = flag.String("only", "", "run one part: exec, egress or pools (default: all)")
+	only      = flag.String("only", "", "run one part: exec, egress, pools or tasks (default: all)")
 	gvisor    = flag.String("gvisor-runtime-class", "", "RuntimeClass of the gVisor rows (exec in gVisor against the same in runc); empty (the default: sandbox-apiserver refuses gVisor, whose network stack the egress policy cannot reach): skip them")
 )
 
@@ -73,7 +73,7 @@ func run(ctx context.Context) error {
 	if b.sandboxes, err = sandboxclient.NewForConfig(cfg); err != nil {
 		return err
 	}
-	if *only == "pools" {
+	if *only == "pools" || *only == "tasks" {
 		return b.pools(ctx)
 	}
 	if *only == "egress" {

@@ -75,6 +75,9 @@ func (b *bench) pools(ctx context.Context) error {
 	if err := pb.createPool(ctx); err != nil {
 		return err
 	}
+	if *only == "tasks" {
+		return pb.tasks(ctx)
+	}
 
 	fmt.Printf("\n## Warm pools\n\nPool of %d idle pods (%s) in namespace %s; create → first successful exec (`true`, WebSocket) per sandbox. Between phases the pool refills completely.\n\n", *poolSize, *image, pb.ns)
 	fmt.Println("| measurement | p50 | p90 | p99 | max |")
@@ -133,7 +136,16 @@ func (b *bench) pools(ctx context.Context) error {
 	if err := pb.waitPoolFull(ctx); err != nil {
 		return err
 	}
-	return pb.batch(ctx)
+	if err := pb.batch(ctx); err != nil {
+		return err
+	}
+	if err := pb.deleteAll(ctx, []string{"batch"}); err != nil {
+		return err
+	}
+	if err := pb.waitPoolFull(ctx); err != nil {
+		return err
+	}
+	return pb.tasks(ctx)
 }
 
 // printBreakdown prints where the time of createToExec went.
