@@ -39,6 +39,8 @@ type Watcher struct {
 	mu      sync.Mutex
 	ctx     context.Context
 	streams map[types.UID]*stream
+	// bySandbox indexes streams, so that Sync costs what a sandbox has, not what all have.
+	bySandbox map[types.NamespacedName]map[types.UID]*stream
 }
 
 type stream struct {
@@ -76,6 +78,7 @@ func (w *Watcher) Ensure(pod *corev1.Pod, sandbox types.NamespacedName, sandboxU
 	defer w.mu.Unlock()
 	if w.streams == nil {
 		w.streams = map[types.UID]*stream{}
+		w.bySandbox = map[types.NamespacedName]map[types.UID]*stream{}
 	}
 	if _, ok := w.streams[pod.UID]; ok {
 		return
@@ -83,6 +86,10 @@ func (w *Watcher) Ensure(pod *corev1.Pod, sandbox types.NamespacedName, sandboxU
 	s := &stream{sandbox: sandbox, sandboxUID: sandboxUID,
 		target: execdclient.Target{PodIP: pod.Status.PodIP, PodUID: string(pod.UID), Port: w.Port}}
 	w.streams[pod.UID] = s
+	if w.bySandbox[sandbox] == nil {
+		w.bySandbox[sandbox] = map[types.UID]*stream{}
+	}
+	w.bySandbox[sandbox][pod.UID] = s
 	if w.ctx != nil {
 		w.openLocked(pod.UID, s)
 	}
@@ -164,8 +171,8 @@ func (w *Watcher) Observe(uid types.UID, st execdapi.TaskState) {
 func (w *Watcher) Sync(sandbox types.NamespacedName, keep map[types.UID]bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for uid, s := range w.streams {
-		if s.sandbox == sandbox && !keep[uid] {
+	for uid, s := range w.bySandbox[sandbox] {
+		if !keep[uid] {
 			w.closeLocked(uid, s)
 		}
 	}
@@ -185,6 +192,12 @@ func (w *Watcher) closeLocked(uid types.UID, s *stream) {
 		s.cancel()
 	}
 	delete(w.streams, uid)
+	if m := w.bySandbox[s.sandbox]; m != nil {
+		delete(m, uid)
+		if len(m) == 0 {
+			delete(w.bySandbox, s.sandbox)
+		}
+	}
 }
 
 // Open is the number of streams held (metrics, tests).
