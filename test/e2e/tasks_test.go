@@ -73,7 +73,7 @@ spec:
         resources:
           requests: {cpu: 10m, memory: 32Mi}
   taskTemplate:
-    command: [python3, -c, "import sys, os; n = int(sys.argv[1]); print(f'{n} squared is {n*n}'); print('shard', os.environ['SHARD_NAME'], file=sys.stderr)"]
+    command: [python3, -c, "import sys, os; n = int(sys.argv[1]); print(f'{n} squared is {n*n}', flush=True); print('shard', os.environ['SHARD_NAME'], file=sys.stderr)"]
     env: [{name: SHARD_NAME, value: squares}]
   shardTaskPatches:
 %s
