@@ -1,10 +1,9 @@
 // Package files is a client of the files subresource of sandboxes: listing, stat, download and
-// upload of files in a sandbox, streamed over plain HTTP requests on the kubeconfig's
-// credentials.
+// upload of files in a sandbox, streamed through the REST client of the sandbox API group on the
+// kubeconfig's credentials.
 package files
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,146 +12,97 @@ import (
 	"io/fs"
 	"mime"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
-var filesResource = sandboxv1alpha1.Resource("sandboxes/files")
-
 // Client reaches the files of one replica of one sandbox.
 type Client struct {
-	// HTTP carries the kubeconfig's credentials and TLS settings.
-	HTTP *http.Client
-	// Base is the URL of the sandbox's files subresource, without a trailing slash.
-	Base *url.URL
-	// Replica is the index of the replica; the server's default (the first) when zero.
-	Replica int32
-	// Sandbox is the sandbox's name, for error messages.
-	Sandbox string
+	// rest is a REST client of the group whose transport records the response headers a
+	// request's context asks for (see NewClient).
+	rest      rest.Interface
+	namespace string
+	sandbox   string
+	replica   int32
 }
 
-// NewClient returns a Client for the sandbox namespace/name on config's server.
+// NewClient returns a Client for the replica (the server's default, the first, when zero) of
+// the sandbox namespace/name on config's server.
 func NewClient(config *rest.Config, namespace, name string, replica int32) (*Client, error) {
-	httpClient, err := rest.HTTPClientFor(config)
-	if err != nil {
-		return nil, fmt.Errorf("create HTTP client: %w", err)
+	config = rest.CopyConfig(config)
+	// rest.Request.Stream returns a response's body without its headers, and a download
+	// needs two of them.
+	config.Wrap(func(rt http.RoundTripper) http.RoundTripper { return headerRecorder{rt} })
+	if config.QPS == 0 && config.RateLimiter == nil {
+		// A copy of a tree is a request per file and directory, which client-go's default of
+		// 5 a second would make crawl; the server's priority and fairness bounds clients.
+		config.QPS = -1
 	}
-	base, err := SubresourceURL(config, namespace, name, "files")
+	typed, err := typedsandbox.NewForConfig(config)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create sandbox REST client: %w", err)
 	}
-	return &Client{HTTP: httpClient, Base: base, Replica: replica, Sandbox: name}, nil
+	return &Client{rest: typed.RESTClient(), namespace: namespace, sandbox: name, replica: replica}, nil
 }
 
-// SubresourceURL is the URL of a subresource of the sandbox namespace/name on config's server,
-// keeping any path prefix of the server's URL.
-func SubresourceURL(config *rest.Config, namespace, name, subresource string) (*url.URL, error) {
-	server, _, err := rest.DefaultServerUrlFor(config)
-	if err != nil {
-		return nil, fmt.Errorf("parse server URL: %w", err)
-	}
-	return AppendPath(server, "apis", sandboxv1alpha1.GroupName, sandboxv1alpha1.SchemeGroupVersion.Version,
-		"namespaces", namespace, "sandboxes", name, subresource), nil
-}
+// ErrParentPath is returned for a path with a ".." element, which the server refuses and
+// which the REST client would resolve on its own (path.Join), onto another URL.
+var ErrParentPath = errors.New(`a path in a sandbox may not contain ".."`)
 
-// AppendPath returns a copy of u with the segments appended, each escaped on its own so that a
-// "/", "?" or "%" in one stays part of it.
-func AppendPath(u *url.URL, segments ...string) *url.URL {
-	out := *u
-	p := strings.TrimSuffix(u.Path, "/")
-	raw := strings.TrimSuffix(u.EscapedPath(), "/")
-	for _, s := range segments {
-		p += "/" + s
-		raw += "/" + url.PathEscape(s)
-	}
-	out.Path, out.RawPath = p, raw
-	out.RawQuery = ""
-	return &out
-}
-
-// url is the URL of p, a slash-separated path relative to the sandbox root.
-func (c *Client) url(p string, query url.Values) string {
+// request is a request of the files subresource for p, a slash-separated path relative to the
+// sandbox's files root ("", "." or "/" for the root itself). The path is a suffix of the
+// subresource, as kubectl's proxy paths are: SubResource refuses segments that a file name may
+// well have, like "%", and the URL escapes each segment.
+func (c *Client) request(verb, p string) (*rest.Request, error) {
 	var segments []string
 	for s := range strings.SplitSeq(p, "/") {
-		if s != "" && s != "." {
+		switch s {
+		case "", ".":
+		case "..":
+			return nil, fmt.Errorf("%s:%s: %w", c.sandbox, p, ErrParentPath)
+		default:
 			segments = append(segments, s)
 		}
 	}
-	u := AppendPath(c.Base, segments...)
-	if len(segments) == 0 {
-		// The root itself: files/ rather than files.
-		u.Path += "/"
-		u.RawPath += "/"
+	req := c.rest.Verb(verb).
+		Namespace(c.namespace).
+		Resource("sandboxes").
+		Name(c.sandbox).
+		SubResource("files").
+		Suffix(segments...).
+		SetHeader("Accept", "application/json, */*")
+	if c.replica != 0 {
+		req.Param("replica", strconv.Itoa(int(c.replica)))
 	}
-	if query == nil {
-		query = url.Values{}
-	}
-	if c.Replica != 0 {
-		query.Set("replica", strconv.Itoa(int(c.Replica)))
-	}
-	u.RawQuery = query.Encode()
-	return u.String()
+	return req, nil
 }
 
-func (c *Client) do(ctx context.Context, method, p string, query url.Values, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.url(p, query), body)
+// stream sends req and returns the body of a successful response and its headers; a failure
+// is the server's Status, as the REST client decodes it.
+func stream(ctx context.Context, req *rest.Request) (io.ReadCloser, http.Header, error) {
+	ctx, headers := withResponseHeaders(ctx)
+	body, err := req.Stream(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	req.Header.Set("Accept", "application/json, */*")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/octet-stream")
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		defer func() { _ = resp.Body.Close() }()
-		return nil, c.responseError(resp, method, p)
-	}
-	return resp, nil
-}
-
-// maxErrorBody bounds how much of an error reply is read: a Status is small, and anything else
-// is only quoted.
-const maxErrorBody = 64 << 10
-
-// responseError turns a failed reply into an API error: the server's Status when it sent one,
-// as client-go does, else a generic error for the code.
-func (c *Client) responseError(resp *http.Response, method, p string) error {
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
-		var status metav1.Status
-		if err := json.Unmarshal(data, &status); err == nil && status.Kind == "Status" && status.Status == metav1.StatusFailure {
-			if status.Code == 0 {
-				status.Code = int32(resp.StatusCode)
-			}
-			return &apierrors.StatusError{ErrStatus: status}
-		}
-	}
-	return apierrors.NewGenericServerResponse(resp.StatusCode, method, filesResource, c.Sandbox+":"+p,
-		string(bytes.TrimSpace(data)), 0, true)
+	return body, headers.header, nil
 }
 
 // Stat describes the entry at p without following a final symlink.
 func (c *Client) Stat(ctx context.Context, p string) (*sandboxv1alpha1.SandboxFile, error) {
-	resp, err := c.do(ctx, http.MethodGet, p, url.Values{"stat": {"true"}}, nil)
+	req, err := c.request(http.MethodGet, p)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = resp.Body.Close() }()
 	fi := &sandboxv1alpha1.SandboxFile{}
-	if err := json.NewDecoder(resp.Body).Decode(fi); err != nil {
-		return nil, fmt.Errorf("decode stat of %s: %w", p, err)
+	if err := req.Param(execdapi.StatParam, "true").Do(ctx).Into(fi); err != nil {
+		return nil, err
 	}
 	return fi, nil
 }
@@ -161,15 +111,9 @@ func (c *Client) Stat(ctx context.Context, p string) (*sandboxv1alpha1.SandboxFi
 // most limit entries (the server's default when 0), until the last page or fn's first error.
 // Item paths are relative to dir.
 func (c *Client) List(ctx context.Context, dir string, depth, limit int, fn func(*sandboxv1alpha1.SandboxFile) error) error {
-	query := url.Values{}
-	if depth > 0 {
-		query.Set("depth", strconv.Itoa(depth))
-	}
-	if limit > 0 {
-		query.Set("limit", strconv.Itoa(limit))
-	}
+	token := ""
 	for {
-		list, err := c.listPage(ctx, dir, query)
+		list, err := c.listPage(ctx, dir, depth, limit, token)
 		if err != nil {
 			return err
 		}
@@ -181,25 +125,39 @@ func (c *Client) List(ctx context.Context, dir string, depth, limit int, fn func
 		if list.Continue == "" {
 			return nil
 		}
-		query.Set("continue", list.Continue)
+		token = list.Continue
 	}
 }
 
-func (c *Client) listPage(ctx context.Context, dir string, query url.Values) (*sandboxv1alpha1.SandboxFileList, error) {
-	resp, err := c.do(ctx, http.MethodGet, dir, query, nil)
+func (c *Client) listPage(ctx context.Context, dir string, depth, limit int, token string) (*sandboxv1alpha1.SandboxFileList, error) {
+	req, err := c.request(http.MethodGet, dir)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = resp.Body.Close() }()
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/json" {
-		return nil, fmt.Errorf("%s:%s: %w", c.Sandbox, dir, ErrNotADirectory)
+	if depth > 0 {
+		req.Param(execdapi.DepthParam, strconv.Itoa(depth))
+	}
+	if limit > 0 {
+		req.Param(execdapi.LimitParam, strconv.Itoa(limit))
+	}
+	if token != "" {
+		req.Param(execdapi.ContinueParam, token)
+	}
+	// Streamed, not Do: the GET of a file is its contents, which are not read.
+	body, header, err := stream(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = body.Close() }()
+	if mt, _, _ := mime.ParseMediaType(header.Get("Content-Type")); mt != "application/json" {
+		return nil, fmt.Errorf("%s:%s: %w", c.sandbox, dir, ErrNotADirectory)
 	}
 	list := &sandboxv1alpha1.SandboxFileList{}
-	if err := json.NewDecoder(resp.Body).Decode(list); err != nil {
+	if err := json.NewDecoder(body).Decode(list); err != nil {
 		return nil, fmt.Errorf("decode listing of %s: %w", dir, err)
 	}
 	if list.Kind != "SandboxFileList" {
-		return nil, fmt.Errorf("%s:%s: %w", c.Sandbox, dir, ErrNotADirectory)
+		return nil, fmt.Errorf("%s:%s: %w", c.sandbox, dir, ErrNotADirectory)
 	}
 	return list, nil
 }
@@ -210,58 +168,93 @@ var ErrNotADirectory = errors.New("not a directory")
 // ErrNotAFile is returned by Download for a directory.
 var ErrNotAFile = errors.New("not a regular file")
 
-// Download opens the contents of the regular file p and returns its permission bits (0 if the
-// server sent none). The caller closes the reader.
+// Download opens the contents of the regular file p, streamed as the server sends them, and
+// returns its permission bits (0 if the server sent none). The caller closes the reader.
 func (c *Client) Download(ctx context.Context, p string) (io.ReadCloser, fs.FileMode, error) {
-	resp, err := c.do(ctx, http.MethodGet, p, nil, nil)
+	req, err := c.request(http.MethodGet, p)
 	if err != nil {
 		return nil, 0, err
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" && resp.Header.Get(execdapi.FileModeHeader) == "" {
+	body, header, err := stream(ctx, req)
+	if err != nil {
+		return nil, 0, err
+	}
+	if mt, _, _ := mime.ParseMediaType(header.Get("Content-Type")); mt == "application/json" && header.Get(execdapi.FileModeHeader) == "" {
 		// A directory's listing, not a file's contents.
-		_ = resp.Body.Close()
-		return nil, 0, fmt.Errorf("%s:%s: %w", c.Sandbox, p, ErrNotAFile)
+		_ = body.Close()
+		return nil, 0, fmt.Errorf("%s:%s: %w", c.sandbox, p, ErrNotAFile)
 	}
 	var mode fs.FileMode
-	if h := resp.Header.Get(execdapi.FileModeHeader); h != "" {
+	if h := header.Get(execdapi.FileModeHeader); h != "" {
 		if mode, err = execdapi.ParseMode(h); err != nil {
-			_ = resp.Body.Close()
+			_ = body.Close()
 			return nil, 0, fmt.Errorf("download %s: %w", p, err)
 		}
 	}
-	return resp.Body, mode, nil
+	return body, mode, nil
 }
 
 // Upload writes the contents of r to the file p, creating missing parent directories when
 // mkdirs is set. mode is sent unless it is nil, letting the server pick its default.
 func (c *Client) Upload(ctx context.Context, p string, r io.Reader, mode *fs.FileMode, mkdirs bool) error {
-	query := url.Values{}
-	if mode != nil {
-		query.Set("mode", fmt.Sprintf("%04o", mode.Perm()))
-	}
-	if mkdirs {
-		query.Set("mkdirs", "true")
-	}
-	// Wrapped so that net/http streams r rather than treating it specially (an *os.File's
-	// ReadFrom path, or a known length that stdin would not honour).
-	resp, err := c.do(ctx, http.MethodPut, p, query, io.NopCloser(r))
+	req, err := c.request(http.MethodPut, p)
 	if err != nil {
 		return err
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
-	return resp.Body.Close()
+	if mode != nil {
+		req.Param(execdapi.ModeParam, fmt.Sprintf("%04o", mode.Perm()))
+	}
+	if mkdirs {
+		req.Param(execdapi.MkdirsParam, "true")
+	}
+	// A reader, so that the REST client streams it (and never retries it: it cannot be
+	// read again); wrapped so that net/http sends it as it comes rather than treating it
+	// specially (an *os.File's ReadFrom path, or a known length that stdin would not honour).
+	return req.
+		SetHeader("Content-Type", "application/octet-stream").
+		Body(io.NopCloser(r)).
+		Do(ctx).
+		Error()
 }
 
 // Mkdir creates the directory p and its missing parents; an existing directory is fine.
 func (c *Client) Mkdir(ctx context.Context, p string, mode *fs.FileMode) error {
-	query := url.Values{"type": {"dir"}, "mkdirs": {"true"}}
-	if mode != nil {
-		query.Set("mode", fmt.Sprintf("%04o", mode.Perm()))
-	}
-	resp, err := c.do(ctx, http.MethodPut, p, query, nil)
+	req, err := c.request(http.MethodPut, p)
 	if err != nil {
 		return err
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
-	return resp.Body.Close()
+	req.Param(execdapi.TypeParam, "dir").Param(execdapi.MkdirsParam, "true")
+	if mode != nil {
+		req.Param(execdapi.ModeParam, fmt.Sprintf("%04o", mode.Perm()))
+	}
+	return req.Do(ctx).Error()
+}
+
+// responseHeaders receives the headers of the response to the request whose context carries it.
+type responseHeaders struct {
+	header http.Header
+}
+
+type responseHeadersKey struct{}
+
+// withResponseHeaders returns a context whose request's response headers land in the
+// returned responseHeaders.
+func withResponseHeaders(ctx context.Context) (context.Context, *responseHeaders) {
+	h := &responseHeaders{}
+	return context.WithValue(ctx, responseHeadersKey{}, h), h
+}
+
+// headerRecorder is the transport that records them. The REST client calls it in the goroutine
+// of the request, before it returns the body.
+type headerRecorder struct {
+	next http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t headerRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if h, ok := req.Context().Value(responseHeadersKey{}).(*responseHeaders); ok && resp != nil {
+		h.header = resp.Header
+	}
+	return resp, err
 }

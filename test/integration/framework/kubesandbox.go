@@ -129,7 +129,7 @@ func StartSandboxAPIServer(ctx context.Context, cp *ControlPlane, c client.Clien
 				Group:                "sandbox.kube-sandbox.io",
 				Version:              "v1alpha1",
 				Service:              &apiregistrationv1.ServiceReference{Namespace: ns, Name: "sandbox-apiserver", Port: int32Ptr(int32(port))},
-				GroupPriorityMinimum: 1000,
+				GroupPriorityMinimum: 2000,
 				VersionPriority:      15,
 			},
 		},

@@ -57,10 +57,24 @@ func (c tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, op
 	default:
 		return nil, fmt.Errorf("cannot print %T as a sandbox table", obj)
 	}
-	for i := range items {
-		table.Rows = append(table.Rows, c.tableRow(&items[i]))
-	}
+	table.Rows = tableRows(items, c.now())
 	return table, nil
+}
+
+// SandboxTable is the table this server answers for the sandboxes at now, with every row's
+// object set: stand-ins for the server in clients' tests (the kubectl plugin's) print what
+// kubectl get prints, from this code rather than a copy of it.
+func SandboxTable(items []sandboxv1alpha1.Sandbox, now time.Time) *metav1.Table {
+	return &metav1.Table{ColumnDefinitions: tableColumns, Rows: tableRows(items, now)}
+}
+
+// tableRows are the rows of items, measured against one now so that a list's ages agree.
+func tableRows(items []sandboxv1alpha1.Sandbox, now time.Time) []metav1.TableRow {
+	var rows []metav1.TableRow
+	for i := range items {
+		rows = append(rows, tableRow(&items[i], now))
+	}
+	return rows
 }
 
 func (c tableConvertor) now() time.Time {
@@ -70,7 +84,7 @@ func (c tableConvertor) now() time.Time {
 	return c.clock.Now()
 }
 
-func (c tableConvertor) tableRow(sbx *sandboxv1alpha1.Sandbox) metav1.TableRow {
+func tableRow(sbx *sandboxv1alpha1.Sandbox, now time.Time) metav1.TableRow {
 	desired := int32(1)
 	if sbx.Spec.Replicas != nil {
 		desired = *sbx.Spec.Replicas
@@ -87,7 +101,7 @@ func (c tableConvertor) tableRow(sbx *sandboxv1alpha1.Sandbox) metav1.TableRow {
 		}
 	}
 	if e := sbx.Status.ExpiresAt; e != nil {
-		if left := e.Sub(c.now()); left > 0 {
+		if left := e.Sub(now); left > 0 {
 			expires = duration.HumanDuration(left)
 		} else {
 			expires = "expired"
@@ -108,7 +122,7 @@ func (c tableConvertor) tableRow(sbx *sandboxv1alpha1.Sandbox) metav1.TableRow {
 			fmt.Sprintf("%d/%d", sbx.Status.Ready, desired),
 			pool,
 			expires,
-			c.age(sbx.CreationTimestamp),
+			age(sbx.CreationTimestamp, now),
 			image, pod, node,
 			sbx.Spec.NetworkPolicy.Summary(),
 			tasks(sbx, desired),
@@ -129,9 +143,9 @@ func tasks(sbx *sandboxv1alpha1.Sandbox, desired int32) string {
 	return s
 }
 
-func (c tableConvertor) age(t metav1.Time) string {
+func age(t metav1.Time, now time.Time) string {
 	if t.IsZero() {
 		return "<unknown>"
 	}
-	return duration.HumanDuration(c.now().Sub(t.Time))
+	return duration.HumanDuration(now.Sub(t.Time))
 }

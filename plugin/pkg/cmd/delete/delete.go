@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +16,7 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
@@ -143,7 +145,8 @@ func (o *DeleteOptions) Run(ctx context.Context) error {
 }
 
 // waitForDeletion returns once every sandbox is gone or has been replaced by a new one of the
-// same name, or fails when the timeout passes.
+// same name, or fails when the timeout passes. It watches the sandboxes all at once, each on its
+// own watch, so that the timeout names every sandbox still there.
 func (o *DeleteOptions) waitForDeletion(ctx context.Context, names []string, uids map[string]types.UID) error {
 	waitCtx := ctx
 	if o.Timeout > 0 {
@@ -151,28 +154,29 @@ func (o *DeleteOptions) waitForDeletion(ctx context.Context, names []string, uid
 		waitCtx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 	}
-	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
-	pending := names
-	err := cmdutil.Poll(waitCtx, func(ctx context.Context) (bool, error) {
-		var still []string
-		for _, name := range pending {
-			sb, err := sandboxes.Get(ctx, name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-			case err != nil:
-				return false, err
-			case sb.UID == uids[name]:
-				still = append(still, name)
-			}
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			_, errs[i] = cmdutil.WaitForSandbox(waitCtx, o.Client, o.Namespace, name, func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
+				return sb == nil || sb.UID != uids[name], nil
+			})
+		})
+	}
+	wg.Wait()
+	var pending []string
+	var failed []error
+	for i, err := range errs {
+		if err != nil {
+			pending = append(pending, names[i])
+			failed = append(failed, err)
 		}
-		pending = still
-		return len(pending) == 0, nil
-	})
-	if err != nil && errors.Is(waitCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+	}
+	switch {
+	case len(failed) == 0:
+		return nil
+	case errors.Is(waitCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
 		return fmt.Errorf("timed out after %s waiting for the deletion of %s %q", o.Timeout, cmdutil.SandboxKind, pending)
 	}
-	if err != nil {
-		return fmt.Errorf("wait for deletion: %w", err)
-	}
-	return nil
+	return fmt.Errorf("wait for deletion: %w", utilerrors.NewAggregate(failed))
 }

@@ -3,12 +3,15 @@ package delete
 import (
 	"bytes"
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -21,11 +24,11 @@ func sb(name string, uid types.UID) *sandboxv1alpha1.Sandbox {
 	return &sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cmdtesting.Namespace, UID: uid}}
 }
 
-// How the fake server deletes: at once, after some reads (as a controller releasing pods), never,
-// or by letting a new sandbox of the same name take the old one's place.
+// How the fake server deletes: at once, once the wait watches (as a controller releasing pods),
+// never, or by letting a new sandbox of the same name take the old one's place.
 const (
 	deleteAtOnce = iota
-	deleteAfterThreeReads
+	deleteLater
 	deleteNever
 	deleteReplaced
 )
@@ -40,72 +43,85 @@ func TestDelete(t *testing.T) {
 		// wantGone lists the sandboxes that must be gone, wantKept those that must remain.
 		wantGone []string
 		wantKept []string
-		// wantMinGets is the least number of GETs: one before each delete plus the wait's.
-		wantMinGets int
-		wantMaxGets int
+		// wantGets is the number of GETs: one before each delete.
+		wantGets int
+		// wantWatch says that the wait must watch: its list shows a sandbox still there.
+		wantWatch bool
 	}{
 		{
-			name:        "delete and wait",
-			args:        []string{"a"},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
-			wantGone:    []string{"a"},
-			wantKept:    []string{"b"},
-			wantMinGets: 2, wantMaxGets: 2,
+			name:     "delete and wait",
+			args:     []string{"a"},
+			wantOut:  "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
+			wantGone: []string{"a"},
+			wantKept: []string{"b"},
+			wantGets: 1,
 		},
 		{
-			name:        "waits until the server has removed it",
-			args:        []string{"a"},
-			behavior:    deleteAfterThreeReads,
-			wantOut:     "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
-			wantGone:    []string{"a"},
-			wantMinGets: 4, wantMaxGets: 4,
+			name:      "waits until the server has removed it",
+			args:      []string{"a"},
+			behavior:  deleteLater,
+			wantOut:   "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
+			wantGone:  []string{"a"},
+			wantGets:  1,
+			wantWatch: true,
 		},
 		{
-			name:        "no wait",
-			args:        []string{"a", "--wait=false"},
-			behavior:    deleteNever,
-			wantOut:     "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
-			wantKept:    []string{"a"},
-			wantMinGets: 1, wantMaxGets: 1,
-		},
-		{
-			name:     "times out",
-			args:     []string{"a", "--timeout=300ms"},
+			name:     "no wait",
+			args:     []string{"a", "--wait=false"},
 			behavior: deleteNever,
 			wantOut:  "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
-			wantErr:  "error: timed out after 300ms waiting for the deletion of sandbox.sandbox.kube-sandbox.io [\"a\"]\n",
 			wantKept: []string{"a"},
-			// 0, 100, 300ms: at least three reads after the delete.
-			wantMinGets: 3, wantMaxGets: 10,
+			wantGets: 1,
 		},
 		{
-			name:        "a new sandbox of the same name ends the wait",
-			args:        []string{"a"},
-			behavior:    deleteReplaced,
-			wantOut:     "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
-			wantKept:    []string{"a"},
-			wantMinGets: 2, wantMaxGets: 2,
+			name:      "times out",
+			args:      []string{"a", "--timeout=300ms"},
+			behavior:  deleteNever,
+			wantOut:   "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
+			wantErr:   "error: timed out after 300ms waiting for the deletion of sandbox.sandbox.kube-sandbox.io [\"a\"]\n",
+			wantKept:  []string{"a"},
+			wantGets:  1,
+			wantWatch: true,
 		},
 		{
-			name:        "not found",
-			args:        []string{"nope"},
-			wantErr:     "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"nope\" not found\n",
-			wantMinGets: 1, wantMaxGets: 1,
+			name:      "times out naming only the sandboxes still there",
+			args:      []string{"b", "a", "--timeout=300ms"},
+			behavior:  deleteNever,
+			wantOut:   "sandbox.sandbox.kube-sandbox.io \"b\" deleted from test namespace\nsandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
+			wantErr:   "error: timed out after 300ms waiting for the deletion of sandbox.sandbox.kube-sandbox.io [\"a\"]\n",
+			wantGone:  []string{"b"},
+			wantKept:  []string{"a"},
+			wantGets:  2,
+			wantWatch: true,
 		},
 		{
-			name:        "a missing sandbox does not stop the others",
-			args:        []string{"nope", "a", "b"},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\nsandbox.sandbox.kube-sandbox.io \"b\" deleted from test namespace\n",
-			wantErr:     "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"nope\" not found\n",
-			wantGone:    []string{"a", "b"},
-			wantMinGets: 5, wantMaxGets: 5,
+			name:     "a new sandbox of the same name ends the wait",
+			args:     []string{"a"},
+			behavior: deleteReplaced,
+			wantOut:  "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
+			wantKept: []string{"a"},
+			wantGets: 1,
 		},
 		{
-			name:        "ignore not found",
-			args:        []string{"nope", "a", "--ignore-not-found"},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
-			wantGone:    []string{"a"},
-			wantMinGets: 3, wantMaxGets: 3,
+			name:     "not found",
+			args:     []string{"nope"},
+			wantErr:  "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"nope\" not found\n",
+			wantGets: 1,
+		},
+		{
+			name:     "a missing sandbox does not stop the others",
+			args:     []string{"nope", "a", "b"},
+			wantOut:  "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\nsandbox.sandbox.kube-sandbox.io \"b\" deleted from test namespace\n",
+			wantErr:  "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"nope\" not found\n",
+			wantGone: []string{"a", "b"},
+			wantGets: 3,
+		},
+		{
+			name:     "ignore not found",
+			args:     []string{"nope", "a", "--ignore-not-found"},
+			wantOut:  "sandbox.sandbox.kube-sandbox.io \"a\" deleted from test namespace\n",
+			wantGone: []string{"a"},
+			wantGets: 2,
 		},
 		{
 			name:    "no name",
@@ -117,15 +133,13 @@ func TestDelete(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := cmdtesting.NewTestFactory(sb("a", "uid-a"), sb("b", "uid-b"))
 			tracker := f.Clientset.Tracker()
-			gets := 0
-			deleted := false
+			var mu sync.Mutex
+			gets, watches := 0, 0
+			var removedLater atomic.Bool
 			f.Clientset.PrependReactor("get", "sandboxes", func(clienttesting.Action) (bool, runtime.Object, error) {
+				mu.Lock()
+				defer mu.Unlock()
 				gets++
-				if tt.behavior == deleteAfterThreeReads && deleted && gets == 4 {
-					if err := tracker.Delete(cmdtesting.SandboxesResource, cmdtesting.Namespace, "a"); err != nil {
-						t.Errorf("remove a: %v", err)
-					}
-				}
 				return false, nil, nil
 			})
 			f.Clientset.PrependReactor("delete", "sandboxes", func(action clienttesting.Action) (bool, runtime.Object, error) {
@@ -133,9 +147,9 @@ func TestDelete(t *testing.T) {
 				if name != "a" {
 					return false, nil, nil
 				}
-				deleted = true
 				switch tt.behavior {
-				case deleteAfterThreeReads, deleteNever:
+				case deleteLater, deleteNever:
+					// A finalizer holds it.
 					return true, nil, nil
 				case deleteReplaced:
 					if err := tracker.Update(cmdtesting.SandboxesResource, sb("a", "uid-a2"), cmdtesting.Namespace); err != nil {
@@ -145,6 +159,24 @@ func TestDelete(t *testing.T) {
 				}
 				return false, nil, nil
 			})
+			var removal sync.WaitGroup
+			f.Clientset.PrependWatchReactor("sandboxes", func(action clienttesting.Action) (bool, watch.Interface, error) {
+				w, err := tracker.Watch(cmdtesting.SandboxesResource, action.GetNamespace())
+				mu.Lock()
+				defer mu.Unlock()
+				watches++
+				if err == nil && tt.behavior == deleteLater && watches == 1 {
+					// The controller releases the pods a while after the delete.
+					removal.Go(func() {
+						time.Sleep(100 * time.Millisecond)
+						removedLater.Store(true)
+						if err := tracker.Delete(cmdtesting.SandboxesResource, cmdtesting.Namespace, "a"); err != nil {
+							t.Errorf("remove a: %v", err)
+						}
+					})
+				}
+				return true, w, err
+			})
 
 			streams, _, out, _ := genericiooptions.NewTestIOStreams()
 			cmd := NewCmdDelete(f, streams)
@@ -153,6 +185,10 @@ func TestDelete(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			err := cmd.ExecuteContext(ctx)
+			if tt.behavior == deleteLater && !removedLater.Load() {
+				t.Error("returned before the sandbox was removed")
+			}
+			removal.Wait()
 
 			var msg bytes.Buffer
 			if err != nil {
@@ -174,8 +210,13 @@ func TestDelete(t *testing.T) {
 					t.Errorf("sandbox %s is gone: %v", name, err)
 				}
 			}
-			if gets < tt.wantMinGets || gets > tt.wantMaxGets {
-				t.Errorf("%d GETs, want %d to %d", gets, tt.wantMinGets, tt.wantMaxGets)
+			mu.Lock()
+			defer mu.Unlock()
+			if gets != tt.wantGets {
+				t.Errorf("%d GETs, want %d", gets, tt.wantGets)
+			}
+			if tt.wantWatch && watches == 0 {
+				t.Error("the wait did not watch")
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
@@ -295,20 +296,28 @@ func (o *ExecOptions) setupTTY() bool {
 }
 
 // waitForReplica returns once the replica can take commands, and fails early, with the reason,
-// if it never will.
+// if it never will. It reads the sandbox, which answers at once for a sandbox in use (and says
+// when there is none), then watches it until the replica is ready.
 func (o *ExecOptions) waitForReplica(ctx context.Context) error {
 	waitCtx, cancel := context.WithTimeout(ctx, o.PodRunningTimeout)
 	defer cancel()
-	var last *sandboxv1alpha1.Sandbox
-	err := cmdutil.Poll(waitCtx, func(ctx context.Context) (bool, error) {
-		sb, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
+	sb, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Get(waitCtx, o.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if ready, err := ReplicaReady(sb, o.Replica); ready || err != nil {
+		return err
+	}
+	last, err := cmdutil.WaitForSandbox(waitCtx, o.Client, o.Namespace, o.Name, func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
+		if sb == nil {
+			return false, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes"), o.Name)
 		}
-		last = sb
 		return ReplicaReady(sb, o.Replica)
 	})
-	if err != nil && waitCtx.Err() != nil && ctx.Err() == nil && last != nil {
+	if last == nil {
+		last = sb
+	}
+	if err != nil && waitCtx.Err() != nil && ctx.Err() == nil {
 		return fmt.Errorf("sandbox %q replica %d is not ready after %s: %s", o.Name, o.Replica, o.PodRunningTimeout, describeNotReady(last))
 	}
 	return err
@@ -317,7 +326,8 @@ func (o *ExecOptions) waitForReplica(ctx context.Context) error {
 // ReplicaReady reports whether replica of sb can run commands, and an error if it cannot
 // become ready: the sandbox failed, is going away, or has no such replica.
 func ReplicaReady(sb *sandboxv1alpha1.Sandbox, replica int32) (bool, error) {
-	if sb.DeletionTimestamp != nil || sb.Status.Phase == sandboxv1alpha1.PhaseTerminating {
+	// The server reports a sandbox being deleted as Terminating (cmdutil.Phase).
+	if cmdutil.Phase(sb) == sandboxv1alpha1.PhaseTerminating {
 		return false, fmt.Errorf("cannot exec into sandbox %q: it is being deleted", sb.Name)
 	}
 	replicas := int32(1)
@@ -335,20 +345,19 @@ func ReplicaReady(sb *sandboxv1alpha1.Sandbox, replica int32) (bool, error) {
 			break
 		}
 	}
-	if sb.Status.Phase == sandboxv1alpha1.PhaseFailed {
+	switch cmdutil.Phase(sb) {
+	case sandboxv1alpha1.PhaseFailed:
 		return false, fmt.Errorf("cannot exec into sandbox %q: %s", sb.Name, describeNotReady(sb))
+	case sandboxv1alpha1.PhaseRunning:
+		// A running sandbox whose status does not list its pods is trusted as a whole.
+		return len(sb.Status.Pods) == 0, nil
 	}
-	// A running sandbox whose status does not list its pods is trusted as a whole.
-	return sb.Status.Phase == sandboxv1alpha1.PhaseRunning && len(sb.Status.Pods) == 0, nil
+	return false, nil
 }
 
 // describeNotReady is the phase and, if there is one, the Ready condition's reason and message.
 func describeNotReady(sb *sandboxv1alpha1.Sandbox) string {
-	phase := string(sb.Status.Phase)
-	if phase == "" {
-		phase = "unknown"
-	}
-	s := "phase " + phase
+	s := "phase " + string(cmdutil.Phase(sb))
 	for _, c := range sb.Status.Conditions {
 		if c.Type == "Ready" && c.Status != metav1.ConditionTrue {
 			s += fmt.Sprintf(", %s", c.Reason)

@@ -7,13 +7,15 @@ import (
 	"io"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
@@ -231,35 +233,60 @@ func TestExec(t *testing.T) {
 	}
 }
 
-// TestExecWaitsForReplica checks that exec right after create waits for the replica, and
-// gives up with the reason when it does not get ready in time.
+// TestExecWaitsForReplica checks that exec right after create waits for the replica, watching
+// the sandbox, and gives up with the reason when it does not get ready in time.
 func TestExecWaitsForReplica(t *testing.T) {
+	pending := sandbox("sb", 1, sandboxv1alpha1.PhasePending)
+	pending.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "PoolExhausted", Message: `no idle pod in pool "small"`}}
+	allocated := sandbox("sb", 1, sandboxv1alpha1.PhasePending)
+	allocated.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "PodsNotReady"}}
+	ready := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning, 0)
+	failed := sandbox("sb", 1, sandboxv1alpha1.PhaseFailed)
+	failed.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "ImagePullFailed"}}
 	tests := []struct {
-		name string
-		// readyAfter is how many GETs see the sandbox pending; -1 for never.
-		readyAfter int
-		timeout    string
-		wantErr    string
-		wantGets   int
+		name  string
+		first *sandboxv1alpha1.Sandbox
+		// then are the sandbox's states once exec watches; nil deletes it.
+		then      []*sandboxv1alpha1.Sandbox
+		timeout   string
+		wantErr   string
+		wantWatch bool
 	}{
-		{name: "ready at once", readyAfter: 0, timeout: "5s", wantGets: 1},
-		{name: "ready after two pending reads", readyAfter: 2, timeout: "5s", wantGets: 3},
-		{name: "never ready", readyAfter: -1, timeout: "300ms",
+		{name: "ready at once", first: ready, timeout: "5s"},
+		{name: "ready after two changes", first: pending, then: []*sandboxv1alpha1.Sandbox{allocated, ready}, timeout: "5s", wantWatch: true},
+		{name: "never ready", first: pending, timeout: "300ms", wantWatch: true,
 			wantErr: `sandbox "sb" replica 0 is not ready after 300ms: phase Pending, PoolExhausted: no idle pod in pool "small"`},
+		{name: "times out with the reason last seen", first: pending, then: []*sandboxv1alpha1.Sandbox{allocated}, timeout: "300ms", wantWatch: true,
+			wantErr: `sandbox "sb" replica 0 is not ready after 300ms: phase Pending, PodsNotReady`},
+		{name: "fails while waiting", first: pending, then: []*sandboxv1alpha1.Sandbox{failed}, timeout: "5s", wantWatch: true,
+			wantErr: `cannot exec into sandbox "sb": phase Failed, ImagePullFailed`},
+		{name: "deleted while waiting", first: pending, then: []*sandboxv1alpha1.Sandbox{nil}, timeout: "5s", wantWatch: true,
+			wantErr: `sandboxes.sandbox.kube-sandbox.io "sb" not found`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pending := sandbox("sb", 1, sandboxv1alpha1.PhasePending)
-			pending.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "PoolExhausted", Message: `no idle pod in pool "small"`}}
-			ready := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning, 0)
-			f := cmdtesting.NewTestFactory()
-			gets := 0
-			f.Clientset.PrependReactor("get", "sandboxes", func(clienttesting.Action) (bool, runtime.Object, error) {
-				gets++
-				if tt.readyAfter < 0 || gets <= tt.readyAfter {
-					return true, pending.DeepCopy(), nil
+			f := cmdtesting.NewTestFactory(tt.first)
+			tracker := f.Clientset.Tracker()
+			var watches atomic.Int32
+			var changes sync.WaitGroup
+			f.Clientset.PrependWatchReactor("sandboxes", func(action clienttesting.Action) (bool, watch.Interface, error) {
+				w, err := tracker.Watch(cmdtesting.SandboxesResource, action.GetNamespace())
+				if err == nil && watches.Add(1) == 1 {
+					changes.Go(func() {
+						for _, sb := range tt.then {
+							var err error
+							if sb == nil {
+								err = tracker.Delete(cmdtesting.SandboxesResource, cmdtesting.Namespace, "sb")
+							} else {
+								err = tracker.Update(cmdtesting.SandboxesResource, sb.DeepCopy(), cmdtesting.Namespace)
+							}
+							if err != nil {
+								t.Errorf("change the sandbox: %v", err)
+							}
+						}
+					})
 				}
-				return true, ready.DeepCopy(), nil
+				return true, w, err
 			})
 			streams, _, _, _ := genericiooptions.NewTestIOStreams()
 			executor := &fakeExecutor{}
@@ -268,6 +295,13 @@ func TestExecWaitsForReplica(t *testing.T) {
 			cmd.SetArgs([]string{"sb", "--pod-running-timeout", tt.timeout, "--", "ls"})
 			start := time.Now()
 			err := cmd.ExecuteContext(context.Background())
+			changes.Wait()
+			if elapsed := time.Since(start); elapsed > 3*time.Second {
+				t.Errorf("took %s", elapsed)
+			}
+			if tt.wantWatch != (watches.Load() > 0) {
+				t.Errorf("%d watches, want a watch: %v", watches.Load(), tt.wantWatch)
+			}
 
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
@@ -275,9 +309,6 @@ func TestExecWaitsForReplica(t *testing.T) {
 				}
 				if executor.called {
 					t.Errorf("executor called for a replica that is not ready")
-				}
-				if elapsed := time.Since(start); elapsed > 3*time.Second {
-					t.Errorf("gave up after %s, want about %s", elapsed, tt.timeout)
 				}
 				return
 			}
@@ -287,15 +318,13 @@ func TestExecWaitsForReplica(t *testing.T) {
 			if !executor.called {
 				t.Errorf("executor not called")
 			}
-			if gets != tt.wantGets {
-				t.Errorf("%d GETs, want %d", gets, tt.wantGets)
-			}
 		})
 	}
 }
 
 func TestReplicaReady(t *testing.T) {
-	deleting := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning, 0)
+	// As the server shows a sandbox being deleted, its pods still ready.
+	deleting := sandbox("sb", 1, sandboxv1alpha1.PhaseTerminating, 0)
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	noPods := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning)
 	noPods.Status.Pods = nil

@@ -2,46 +2,48 @@
 package get
 
 import (
-	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/duration"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/client-go/rest"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
-	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/network"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
-// Output formats printed as a table by this command rather than by PrintFlags.
+// Output formats printed as the server's table rather than by PrintFlags.
 const (
 	outputTable = ""
 	outputWide  = "wide"
 )
 
+// tableAccept asks for the server's table of sandboxes (a meta.k8s.io/v1 Table), as kubectl get
+// does, so that both print the same columns; a server without tables would answer the plain
+// JSON after the comma, which getTable refuses.
+const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
+
 var (
 	getLong = cmdutil.LongDesc(`
 		Display one or many sandboxes.
 
-		Prints a table of the sandboxes' phase, ready replicas, pool, time until expiry and
-		age, the columns 'kubectl get sandboxes' shows; -o wide adds the image, the pod and
-		node of the first replica, and a summary of the outbound network policy (see
-		'kubectl sandbox network'). Use -o json, -o yaml or -o name for other formats, and
-		-l to filter by label.`)
+		Prints the server's table of the sandboxes, the one 'kubectl get sandboxes' prints:
+		their phase, ready replicas, pool, time until expiry and age; -o wide adds the image,
+		the pod and node of the first replica, a summary of the outbound network policy (see
+		'kubectl sandbox network') and the progress of their tasks. Use -o json, -o yaml or
+		-o name for other formats, and -l to filter by label.`)
 
 	getExample = cmdutil.Examples(`
 		# List the sandboxes of the current namespace
@@ -81,8 +83,6 @@ type GetOptions struct {
 
 	Namespace string
 	Client    clientset.Interface
-	// Now is the clock AGE and EXPIRES are measured with.
-	Now func() time.Time
 
 	genericiooptions.IOStreams
 }
@@ -91,7 +91,6 @@ type GetOptions struct {
 func NewGetOptions(streams genericiooptions.IOStreams) *GetOptions {
 	return &GetOptions{
 		PrintFlags: genericclioptions.NewPrintFlags("").WithTypeSetter(scheme.Scheme),
-		Now:        time.Now,
 		IOStreams:  streams,
 	}
 }
@@ -202,9 +201,13 @@ func (o *GetOptions) Validate(cmd *cobra.Command) error {
 	return nil
 }
 
-// Run fetches the sandboxes and prints them. Named sandboxes that do not exist are reported after
-// the ones that do, as kubectl does.
+// Run fetches the sandboxes and prints them: the server's table, or the objects for the other
+// formats. Named sandboxes that do not exist are reported after the ones that do, as kubectl
+// does.
 func (o *GetOptions) Run(ctx context.Context) error {
+	if o.PrintObj == nil {
+		return o.runTable(ctx)
+	}
 	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
 	var items []sandboxv1alpha1.Sandbox
 	var errs []error
@@ -224,44 +227,71 @@ func (o *GetOptions) Run(ctx context.Context) error {
 			items = append(items, *sb)
 		}
 	}
-	if err := o.print(items); err != nil {
+	if err := o.printObjects(items); err != nil {
 		return err
 	}
 	return utilerrors.NewAggregate(errs)
 }
 
-func (o *GetOptions) print(items []sandboxv1alpha1.Sandbox) error {
+func (o *GetOptions) printObjects(items []sandboxv1alpha1.Sandbox) error {
 	// Objects from a typed client carry no apiVersion and kind; the printers need them.
 	gvk := sandboxv1alpha1.SchemeGroupVersion.WithKind("Sandbox")
 	for i := range items {
 		items[i].SetGroupVersionKind(gvk)
 	}
-
-	if o.PrintObj != nil {
-		if *o.PrintFlags.OutputFormat == "name" {
-			// The name printer takes one object at a time.
-			for i := range items {
-				if err := o.PrintObj(&items[i], o.Out); err != nil {
-					return err
-				}
+	if *o.PrintFlags.OutputFormat == "name" {
+		// The name printer takes one object at a time.
+		for i := range items {
+			if err := o.PrintObj(&items[i], o.Out); err != nil {
+				return err
 			}
-			return nil
 		}
-		if len(o.Names) > 0 && len(items) == 0 {
-			return nil
-		}
-		var obj runtime.Object = &sandboxv1alpha1.SandboxList{Items: items}
-		if len(o.Names) == 1 {
-			obj = &items[0]
-		}
-		return o.PrintObj(obj, o.Out)
+		return nil
 	}
+	if len(o.Names) > 0 && len(items) == 0 {
+		return nil
+	}
+	var obj runtime.Object = &sandboxv1alpha1.SandboxList{Items: items}
+	if len(o.Names) == 1 {
+		obj = &items[0]
+	}
+	return o.PrintObj(obj, o.Out)
+}
 
-	if len(items) == 0 {
+// runTable prints the server's table: of the list, or of each named sandbox in turn, their
+// rows in one table so that the columns line up.
+func (o *GetOptions) runTable(ctx context.Context) error {
+	client := o.Client.SandboxV1alpha1().RESTClient()
+	var table *metav1.Table
+	var errs []error
+	if len(o.Names) == 0 {
+		t, err := getTable(ctx, client.Get().
+			Namespace(o.Namespace).
+			Resource("sandboxes").
+			VersionedParams(&metav1.ListOptions{LabelSelector: o.LabelSelector}, scheme.ParameterCodec))
+		if err != nil {
+			return err
+		}
+		table = t
+	} else {
+		for _, name := range o.Names {
+			t, err := getTable(ctx, client.Get().Namespace(o.Namespace).Resource("sandboxes").Name(name))
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if table == nil {
+				table = t
+			} else {
+				table.Rows = append(table.Rows, t.Rows...)
+			}
+		}
+	}
+	if table == nil || len(table.Rows) == 0 {
 		if len(o.Names) == 0 {
 			o.printNoneFound(o.ErrOut)
 		}
-		return nil
+		return utilerrors.NewAggregate(errs)
 	}
 	printer := printers.NewTablePrinter(printers.PrintOptions{
 		Wide:          *o.PrintFlags.OutputFormat == outputWide,
@@ -269,7 +299,48 @@ func (o *GetOptions) print(items []sandboxv1alpha1.Sandbox) error {
 		NoHeaders:     o.NoHeaders,
 		ShowLabels:    o.ShowLabels,
 	})
-	return printer.PrintObj(Table(items, o.Now()), o.Out)
+	if err := printer.PrintObj(table, o.Out); err != nil {
+		return err
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+// getTable sends req asking for the server's table. The rows carry the sandboxes' metadata
+// (includeObject=Metadata, the server's default, as kubectl get asks for it): the printer takes
+// the NAMESPACE column of --all-namespaces and the LABELS of --show-labels from it, which the
+// server's columns do not have.
+func getTable(ctx context.Context, req *rest.Request) (*metav1.Table, error) {
+	result := req.
+		SetHeader("Accept", tableAccept).
+		Param("includeObject", string(metav1.IncludeMetadata)).
+		Do(ctx)
+	// Error, not Raw's error: it is the server's Status when there is one.
+	if err := result.Error(); err != nil {
+		return nil, err
+	}
+	data, err := result.Raw()
+	if err != nil {
+		return nil, err
+	}
+	table := &metav1.Table{}
+	if err := json.Unmarshal(data, table); err != nil {
+		return nil, fmt.Errorf("decode the server's table: %w", err)
+	}
+	if table.Kind != "Table" {
+		return nil, fmt.Errorf("the server sent no table of sandboxes but %q", table.APIVersion+" "+table.Kind)
+	}
+	for i := range table.Rows {
+		row := &table.Rows[i]
+		if len(row.Object.Raw) == 0 {
+			continue
+		}
+		m := &metav1.PartialObjectMetadata{}
+		if err := json.Unmarshal(row.Object.Raw, m); err != nil {
+			return nil, fmt.Errorf("decode the metadata of row %d of the server's table: %w", i, err)
+		}
+		row.Object.Object = m
+	}
+	return table, nil
 }
 
 func (o *GetOptions) printNoneFound(w io.Writer) {
@@ -278,107 +349,4 @@ func (o *GetOptions) printNoneFound(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "No resources found in %s namespace.\n", o.Namespace)
-}
-
-// Table is the table of sandboxes kubectl would print, with the columns of the server's table
-// (what 'kubectl get sandboxes' shows): NAME, PHASE, READY, POOL, EXPIRES and AGE, plus IMAGE,
-// POD, NODE and EGRESS in wide output.
-func Table(items []sandboxv1alpha1.Sandbox, now time.Time) *metav1.Table {
-	table := &metav1.Table{
-		ColumnDefinitions: []metav1.TableColumnDefinition{
-			{Name: "Name", Type: "string", Format: "name", Description: "Name of the sandbox."},
-			{Name: "Phase", Type: "string", Description: "Pending, Running, Failed, Expired or Terminating."},
-			{Name: "Ready", Type: "string", Description: "Ready replicas of the desired replicas."},
-			{Name: "Pool", Type: "string", Description: "Warm pool the pods come from; <none> for a pod template."},
-			{Name: "Expires", Type: "string", Description: "Time until the sandbox expires; <none> if it never does."},
-			{Name: "Age", Type: "string", Description: "Time since the sandbox was created."},
-			{Name: "Image", Type: "string", Priority: 1, Description: "Image of the sandbox container."},
-			{Name: "Pod", Type: "string", Priority: 1, Description: "Pod of the first replica."},
-			{Name: "Node", Type: "string", Priority: 1, Description: "Node of the first replica."},
-			{Name: "Egress", Type: "string", Priority: 1, Description: "Outbound network policy: default (none of the sandbox's own), deny-all, allow-all, or the default action and the number of rules, like \"deny, 2 rules\"."},
-		},
-	}
-	for i := range items {
-		sb := &items[i]
-		pod, node := firstPod(sb)
-		table.Rows = append(table.Rows, metav1.TableRow{
-			Cells: []any{
-				sb.Name, phase(sb), ready(sb), pool(sb), expires(sb, now), age(sb.CreationTimestamp, now),
-				image(sb), pod, node, network.Summary(sb.Spec.NetworkPolicy),
-			},
-			Object: runtime.RawExtension{Object: sb},
-		})
-	}
-	return table
-}
-
-// phase is the phase as the server's table shows it: Pending until the controller has set one,
-// Terminating once deleted unless it is being deleted because it expired.
-func phase(sb *sandboxv1alpha1.Sandbox) string {
-	switch {
-	case sb.DeletionTimestamp != nil && sb.Status.Phase != sandboxv1alpha1.PhaseExpired:
-		return string(sandboxv1alpha1.PhaseTerminating)
-	case sb.Status.Phase == "":
-		return string(sandboxv1alpha1.PhasePending)
-	}
-	return string(sb.Status.Phase)
-}
-
-func ready(sb *sandboxv1alpha1.Sandbox) string {
-	desired := int32(1)
-	if sb.Spec.Replicas != nil {
-		desired = *sb.Spec.Replicas
-	}
-	return fmt.Sprintf("%d/%d", sb.Status.Ready, desired)
-}
-
-// pool is the warm pool of the sandbox's pods; <none> for a sandbox made from its own template.
-func pool(sb *sandboxv1alpha1.Sandbox) string {
-	if sb.Spec.PoolRef == nil {
-		return "<none>"
-	}
-	return sb.Spec.PoolRef.Name
-}
-
-// expires is the time left until the sandbox expires.
-func expires(sb *sandboxv1alpha1.Sandbox, now time.Time) string {
-	if sb.Status.ExpiresAt == nil {
-		return "<none>"
-	}
-	left := sb.Status.ExpiresAt.Sub(now)
-	if left <= 0 {
-		return "expired"
-	}
-	return duration.HumanDuration(left)
-}
-
-func age(created metav1.Time, now time.Time) string {
-	if created.IsZero() {
-		return "<unknown>"
-	}
-	return duration.HumanDuration(now.Sub(created.Time))
-}
-
-func image(sb *sandboxv1alpha1.Sandbox) string {
-	if t := sb.Spec.Template; t != nil && len(t.Spec.Containers) > 0 && t.Spec.Containers[0].Image != "" {
-		return t.Spec.Containers[0].Image
-	}
-	return "<none>"
-}
-
-// firstPod is the pod and node of the replica with the lowest index, "<none>" standing for what
-// is not known yet.
-func firstPod(sb *sandboxv1alpha1.Sandbox) (pod, node string) {
-	pod, node = "<none>", "<none>"
-	if len(sb.Status.Pods) == 0 {
-		return pod, node
-	}
-	first := slices.MinFunc(sb.Status.Pods, func(a, b sandboxv1alpha1.SandboxPodStatus) int { return cmp.Compare(a.Replica, b.Replica) })
-	if first.Name != "" {
-		pod = first.Name
-	}
-	if first.NodeName != "" {
-		node = first.NodeName
-	}
-	return pod, node
 }

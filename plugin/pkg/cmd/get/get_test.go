@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing/sandboxserver"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -25,7 +28,7 @@ var now = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 func testSandboxes() []*sandboxv1alpha1.Sandbox {
 	return []*sandboxv1alpha1.Sandbox{
 		{
-			ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: cmdtesting.Namespace, Labels: map[string]string{"team": "ml"},
+			ObjectMeta: metav1.ObjectMeta{Name: "alpha", Labels: map[string]string{"team": "ml"},
 				CreationTimestamp: metav1.NewTime(now.Add(-5 * time.Minute))},
 			Spec: sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](2), Template: template("python:3.13-slim"), TimeoutSeconds: ptr.To[int64](1800),
 				NetworkPolicy: &sandboxv1alpha1.SandboxNetworkPolicy{Egress: []sandboxv1alpha1.SandboxEgressRule{
@@ -34,22 +37,25 @@ func testSandboxes() []*sandboxv1alpha1.Sandbox {
 			Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, Replicas: 2, Ready: 2,
 				ExpiresAt: ptr.To(metav1.NewTime(now.Add(25 * time.Minute))),
 				Pods: []sandboxv1alpha1.SandboxPodStatus{
-					// Out of order: the table shows replica 0.
-					{Replica: 1, Name: "alpha-b", IP: "10.0.0.8", NodeName: "node-2", Ready: true},
 					{Replica: 0, Name: "alpha-a", IP: "10.0.0.7", NodeName: "node-1", Ready: true},
+					{Replica: 1, Name: "alpha-b", IP: "10.0.0.8", NodeName: "node-2", Ready: true},
 				}},
 		},
 		{
-			ObjectMeta: metav1.ObjectMeta{Name: "beta", Namespace: cmdtesting.Namespace,
-				CreationTimestamp: metav1.NewTime(now.Add(-3 * time.Hour))},
-			Spec: sandboxv1alpha1.SandboxSpec{Template: template("busybox"), TimeoutSeconds: ptr.To[int64](10800)},
+			ObjectMeta: metav1.ObjectMeta{Name: "beta", CreationTimestamp: metav1.NewTime(now.Add(-3 * time.Hour))},
+			Spec:       sandboxv1alpha1.SandboxSpec{Template: template("busybox"), TimeoutSeconds: ptr.To[int64](10800)},
 			Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseExpired, Replicas: 1,
 				ExpiresAt: ptr.To(metav1.NewTime(now.Add(-10 * time.Second))),
 				Pods:      []sandboxv1alpha1.SandboxPodStatus{{Replica: 0, Name: "beta-a"}},
 			},
 		},
 		{
-			ObjectMeta: metav1.ObjectMeta{Name: "gamma", Namespace: "other", CreationTimestamp: metav1.NewTime(now.Add(-49 * time.Hour))},
+			// A batch from a pool that the controller has not reported on yet: Pending, as the
+			// server shows an empty phase.
+			ObjectMeta: metav1.ObjectMeta{Name: "gamma", CreationTimestamp: metav1.NewTime(now.Add(-49 * time.Hour))},
+			Spec: sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](3), PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: "python"},
+				TaskTemplate: &sandboxv1alpha1.SandboxTaskTemplate{Command: []string{"true"}}},
+			Status: sandboxv1alpha1.SandboxStatus{TaskSucceeded: 1, TaskFailed: 1},
 		},
 	}
 }
@@ -58,7 +64,22 @@ func template(image string) *corev1.PodTemplateSpec {
 	return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: image}}}}
 }
 
+// newServer serves testSandboxes, its tables measured at now.
+func newServer(t *testing.T) *sandboxserver.Server {
+	t.Helper()
+	srv := sandboxserver.New(t, cmdtesting.Namespace)
+	srv.Now = func() time.Time { return now }
+	for _, sb := range testSandboxes() {
+		srv.Add(sb)
+	}
+	return srv
+}
+
 func TestGet(t *testing.T) {
+	const (
+		collection = sandboxserver.Prefix + cmdtesting.Namespace + "/sandboxes"
+		tableQuery = "includeObject=Metadata"
+	)
 	tests := []struct {
 		name       string
 		list       bool
@@ -66,13 +87,19 @@ func TestGet(t *testing.T) {
 		wantOut    string
 		wantErrOut string
 		wantErr    string
+		// wantRequests are the path and query of each request; a table's ask for it in Accept.
+		wantRequests []string
+		wantTable    bool
 	}{
 		{
-			name: "table of the namespace",
+			name: "the server's table of the namespace",
 			wantOut: "" +
 				"NAME    PHASE     READY   POOL     EXPIRES   AGE\n" +
 				"alpha   Running   2/2     <none>   25m       5m\n" +
-				"beta    Expired   0/1     <none>   expired   3h\n",
+				"beta    Expired   0/1     <none>   expired   3h\n" +
+				"gamma   Pending   0/3     python   <none>    2d1h\n",
+			wantRequests: []string{collection + "?" + tableQuery},
+			wantTable:    true,
 		},
 		{
 			name: "list is get without names",
@@ -80,67 +107,111 @@ func TestGet(t *testing.T) {
 			wantOut: "" +
 				"NAME    PHASE     READY   POOL     EXPIRES   AGE\n" +
 				"alpha   Running   2/2     <none>   25m       5m\n" +
-				"beta    Expired   0/1     <none>   expired   3h\n",
+				"beta    Expired   0/1     <none>   expired   3h\n" +
+				"gamma   Pending   0/3     python   <none>    2d1h\n",
+			wantRequests: []string{collection + "?" + tableQuery},
+			wantTable:    true,
 		},
 		{
-			name: "wide adds image, pod, node and egress",
+			name: "wide shows the server's wide columns, TASKS too",
 			args: []string{"-o", "wide"},
 			wantOut: "" +
-				"NAME    PHASE     READY   POOL     EXPIRES   AGE   IMAGE              POD       NODE     EGRESS\n" +
-				"alpha   Running   2/2     <none>   25m       5m    python:3.13-slim   alpha-a   node-1   deny, 2 rules\n" +
-				"beta    Expired   0/1     <none>   expired   3h    busybox            beta-a    <none>   default\n",
+				"NAME    PHASE     READY   POOL     EXPIRES   AGE    IMAGE              POD       NODE     EGRESS          TASKS\n" +
+				"alpha   Running   2/2     <none>   25m       5m     python:3.13-slim   alpha-a   node-1   deny, 2 rules   <none>\n" +
+				"beta    Expired   0/1     <none>   expired   3h     busybox            beta-a    <none>   default         <none>\n" +
+				"gamma   Pending   0/3     python   <none>    2d1h   <none>             <none>    <none>   default         1/3 (1 failed)\n",
+			wantRequests: []string{collection + "?" + tableQuery},
+			wantTable:    true,
 		},
 		{
-			name: "all namespaces",
+			name: "all namespaces: the namespace from the rows' metadata",
 			list: true,
 			args: []string{"-A", "--no-headers"},
 			wantOut: "" +
-				"other   gamma   Pending   0/1   <none>   <none>    2d1h\n" +
-				"test    alpha   Running   2/2   <none>   25m       5m\n" +
-				"test    beta    Expired   0/1   <none>   expired   3h\n",
+				"test   alpha   Running   2/2   <none>   25m       5m\n" +
+				"test   beta    Expired   0/1   <none>   expired   3h\n" +
+				"test   gamma   Pending   0/3   python   <none>    2d1h\n",
+			wantRequests: []string{sandboxserver.AllNamespacesPath + "?" + tableQuery},
+			wantTable:    true,
 		},
 		{
-			name: "selector and labels",
+			name: "selector, and labels from the rows' metadata",
 			args: []string{"-l", "team=ml", "--show-labels"},
 			wantOut: "" +
 				"NAME    PHASE     READY   POOL     EXPIRES   AGE   LABELS\n" +
 				"alpha   Running   2/2     <none>   25m       5m    team=ml\n",
+			wantRequests: []string{collection + "?" + tableQuery + "&labelSelector=team%3Dml"},
+			wantTable:    true,
 		},
 		{
-			name:    "one by name",
-			args:    []string{"beta"},
-			wantOut: "NAME   PHASE     READY   POOL     EXPIRES   AGE\nbeta   Expired   0/1     <none>   expired   3h\n",
+			name:         "one by name",
+			args:         []string{"beta"},
+			wantOut:      "NAME   PHASE     READY   POOL     EXPIRES   AGE\nbeta   Expired   0/1     <none>   expired   3h\n",
+			wantRequests: []string{collection + "/beta?" + tableQuery},
+			wantTable:    true,
 		},
 		{
-			name:    "names",
-			args:    []string{"-o", "name"},
-			wantOut: "sandbox.sandbox.kube-sandbox.io/alpha\nsandbox.sandbox.kube-sandbox.io/beta\n",
+			name: "names in one table, in their order",
+			args: []string{"gamma", "alpha"},
+			wantOut: "" +
+				"NAME    PHASE     READY   POOL     EXPIRES   AGE\n" +
+				"gamma   Pending   0/3     python   <none>    2d1h\n" +
+				"alpha   Running   2/2     <none>   25m       5m\n",
+			wantRequests: []string{collection + "/gamma?" + tableQuery, collection + "/alpha?" + tableQuery},
+			wantTable:    true,
 		},
 		{
-			name:    "jsonpath",
-			args:    []string{"alpha", "-o", "jsonpath={.status.pods[*].ip}"},
-			wantOut: "10.0.0.8 10.0.0.7",
+			name:         "names",
+			args:         []string{"-o", "name"},
+			wantOut:      "sandbox.sandbox.kube-sandbox.io/alpha\nsandbox.sandbox.kube-sandbox.io/beta\nsandbox.sandbox.kube-sandbox.io/gamma\n",
+			wantRequests: []string{collection + "?"},
 		},
 		{
-			name:    "jsonpath of the expiry",
-			args:    []string{"alpha", "-o", "jsonpath={.spec.timeoutSeconds} {.status.expiresAt}"},
-			wantOut: "1800 2026-05-01T12:25:00Z",
+			name:         "jsonpath",
+			args:         []string{"alpha", "-o", "jsonpath={.status.pods[*].ip}"},
+			wantOut:      "10.0.0.7 10.0.0.8",
+			wantRequests: []string{collection + "/alpha?"},
 		},
 		{
-			name:    "yaml",
-			args:    []string{"beta", "-o", "yaml"},
-			wantOut: "apiVersion: sandbox.kube-sandbox.io/v1alpha1\nkind: Sandbox\n",
+			name:         "jsonpath of the expiry",
+			args:         []string{"alpha", "-o", "jsonpath={.spec.timeoutSeconds} {.status.expiresAt}"},
+			wantOut:      "1800 2026-05-01T12:25:00Z",
+			wantRequests: []string{collection + "/alpha?"},
 		},
 		{
-			name:       "nothing found",
-			args:       []string{"-l", "team=none"},
-			wantErrOut: "No resources found in test namespace.\n",
+			name:         "yaml",
+			args:         []string{"beta", "-o", "yaml"},
+			wantOut:      "apiVersion: sandbox.kube-sandbox.io/v1alpha1\nkind: Sandbox\n",
+			wantRequests: []string{collection + "/beta?"},
 		},
 		{
-			name:    "found and missing names",
-			args:    []string{"alpha", "nope", "-o", "name"},
-			wantOut: "sandbox.sandbox.kube-sandbox.io/alpha\n",
-			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"nope\" not found\n",
+			name:         "nothing found",
+			args:         []string{"-l", "team=none"},
+			wantErrOut:   "No resources found in test namespace.\n",
+			wantRequests: []string{collection + "?" + tableQuery + "&labelSelector=team%3Dnone"},
+			wantTable:    true,
+		},
+		{
+			name:         "nothing found in any namespace",
+			args:         []string{"-A", "-l", "team=none"},
+			wantErrOut:   "No resources found\n",
+			wantRequests: []string{sandboxserver.AllNamespacesPath + "?" + tableQuery + "&labelSelector=team%3Dnone"},
+			wantTable:    true,
+		},
+		{
+			name:         "found and missing names",
+			args:         []string{"alpha", "nope", "-o", "name"},
+			wantOut:      "sandbox.sandbox.kube-sandbox.io/alpha\n",
+			wantErr:      "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"nope\" not found\n",
+			wantRequests: []string{collection + "/alpha?", collection + "/nope?"},
+		},
+		{
+			name:         "found and missing names in a table",
+			args:         []string{"nope", "beta"},
+			wantOut:      "NAME   PHASE     READY   POOL     EXPIRES   AGE\nbeta   Expired   0/1     <none>   expired   3h\n",
+			wantErr:      "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"nope\" not found\n",
+			wantRequests: []string{collection + "/nope?" + tableQuery, collection + "/beta?" + tableQuery},
+			wantTable:    true,
 		},
 		{
 			name:    "unknown format",
@@ -155,13 +226,13 @@ func TestGet(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := cmdtesting.NewTestFactory(testSandboxes()...)
+			srv := newServer(t)
+			f := cmdtesting.NewServerFactory(srv.URL)
+			f.RESTConfig.BearerToken = sandboxserver.UserToken
 			streams, _, out, errOut := genericiooptions.NewTestIOStreams()
-			o := NewGetOptions(streams)
-			o.Now = func() time.Time { return now }
-			cmd := newCmdGet(f, o)
+			cmd := NewCmdGet(f, streams)
 			if tt.list {
-				cmd = newCmdList(f, o)
+				cmd = NewCmdList(f, streams)
 			}
 			cmd.SilenceErrors, cmd.SilenceUsage = true, true
 			cmd.SetArgs(tt.args)
@@ -185,115 +256,38 @@ func TestGet(t *testing.T) {
 			if got := errOut.String(); got != tt.wantErrOut {
 				t.Errorf("stderr %q, want %q", got, tt.wantErrOut)
 			}
+			var requests []string
+			for _, r := range srv.Requests() {
+				requests = append(requests, r.Path+"?"+r.RawQuery)
+				if asked := strings.Contains(r.Header.Get("Accept"), "as=Table"); asked != tt.wantTable {
+					t.Errorf("%s %s asked for a table: %v, want %v (Accept %q)", r.Method, r.Path, asked, tt.wantTable, r.Header.Get("Accept"))
+				}
+			}
+			if diff := cmp.Diff(tt.wantRequests, requests); diff != "" {
+				t.Errorf("requests (-want +got):\n%s", diff)
+			}
 		})
 	}
 }
 
-// TestTableCells checks the cells computed from a sandbox, for the states the listing above
-// does not show.
-func TestTableCells(t *testing.T) {
-	deleted := metav1.NewTime(now.Add(-time.Second))
-	tests := []struct {
-		name string
-		sb   sandboxv1alpha1.Sandbox
-		// want are the cells after NAME: PHASE, READY, POOL, EXPIRES, AGE, IMAGE, POD, NODE,
-		// EGRESS.
-		want []any
-	}{
-		{
-			name: "new: no status yet",
-			sb:   sandboxv1alpha1.Sandbox{},
-			want: []any{"Pending", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>", "default"},
-		},
-		{
-			name: "expires in days",
-			sb: sandboxv1alpha1.Sandbox{
-				ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-90 * time.Second))},
-				Status:     sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhasePending, ExpiresAt: ptr.To(metav1.NewTime(now.Add(50 * time.Hour)))},
-			},
-			want: []any{"Pending", "0/1", "<none>", "2d2h", "90s", "<none>", "<none>", "<none>", "default"},
-		},
-		{
-			name: "expires in seconds",
-			sb: sandboxv1alpha1.Sandbox{
-				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, ExpiresAt: ptr.To(metav1.NewTime(now.Add(42 * time.Second)))},
-			},
-			want: []any{"Running", "0/1", "<none>", "42s", "<unknown>", "<none>", "<none>", "<none>", "default"},
-		},
-		{
-			name: "expiring now is expired",
-			sb: sandboxv1alpha1.Sandbox{
-				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, ExpiresAt: ptr.To(metav1.NewTime(now))},
-			},
-			want: []any{"Running", "0/1", "<none>", "expired", "<unknown>", "<none>", "<none>", "<none>", "default"},
-		},
-		{
-			name: "deleted by a user is terminating",
-			sb: sandboxv1alpha1.Sandbox{
-				ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleted},
-				Status:     sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning},
-			},
-			want: []any{"Terminating", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>", "default"},
-		},
-		{
-			name: "deleted because expired stays expired",
-			sb: sandboxv1alpha1.Sandbox{
-				ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &deleted},
-				Status:     sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseExpired, ExpiresAt: ptr.To(metav1.NewTime(now.Add(-time.Minute)))},
-			},
-			want: []any{"Expired", "0/1", "<none>", "expired", "<unknown>", "<none>", "<none>", "<none>", "default"},
-		},
-		{
-			name: "pod not scheduled yet",
-			sb: sandboxv1alpha1.Sandbox{
-				Spec: sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](3), Template: template("busybox")},
-				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhasePending, Ready: 1, Pods: []sandboxv1alpha1.SandboxPodStatus{
-					{Replica: 2, Name: "p-2", NodeName: "n2"}, {Replica: 0, Name: "p-0"},
-				}},
-			},
-			want: []any{"Pending", "1/3", "<none>", "<none>", "<unknown>", "busybox", "p-0", "<none>", "default"},
-		},
-		{
-			name: "from a pool: its name, and no image of its own",
-			sb: sandboxv1alpha1.Sandbox{
-				Spec: sandboxv1alpha1.SandboxSpec{PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: "python"}},
-				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhaseRunning, Ready: 1, Pods: []sandboxv1alpha1.SandboxPodStatus{
-					{Replica: 0, Name: "python-x7k2q", NodeName: "node1", Ready: true},
-				}},
-			},
-			want: []any{"Running", "1/1", "python", "<none>", "<unknown>", "<none>", "python-x7k2q", "node1", "default"},
-		},
-		{
-			name: "deny-all",
-			sb:   sandboxv1alpha1.Sandbox{Spec: sandboxv1alpha1.SandboxSpec{NetworkPolicy: &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Deny"}}},
-			want: []any{"Pending", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>", "deny-all"},
-		},
-		{
-			name: "allow with one rule",
-			sb: sandboxv1alpha1.Sandbox{Spec: sandboxv1alpha1.SandboxSpec{NetworkPolicy: &sandboxv1alpha1.SandboxNetworkPolicy{
-				DefaultAction: "Allow", Egress: []sandboxv1alpha1.SandboxEgressRule{{Action: "Deny", To: "10.0.0.0/8"}},
-			}}},
-			want: []any{"Pending", "0/1", "<none>", "<none>", "<unknown>", "<none>", "<none>", "<none>", "allow, 1 rule"},
-		},
-		{
-			name: "waiting for a pool",
-			sb: sandboxv1alpha1.Sandbox{
-				Spec:   sandboxv1alpha1.SandboxSpec{Replicas: ptr.To[int32](2), PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: "small"}},
-				Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhasePending},
-			},
-			want: []any{"Pending", "0/2", "small", "<none>", "<unknown>", "<none>", "<none>", "<none>", "default"},
-		},
+// TestGetWithoutServerTable: a server that answers the plain list where a table was asked for
+// is an error, not an empty listing.
+func TestGetWithoutServerTable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"apiVersion":"sandbox.kube-sandbox.io/v1alpha1","kind":"SandboxList","items":[{"metadata":{"name":"a"}}]}`))
+	}))
+	defer srv.Close()
+	streams, _, out, _ := genericiooptions.NewTestIOStreams()
+	cmd := NewCmdGet(cmdtesting.NewServerFactory(srv.URL), streams)
+	cmd.SilenceErrors, cmd.SilenceUsage = true, true
+	err := cmd.ExecuteContext(context.Background())
+	want := `the server sent no table of sandboxes but "sandbox.kube-sandbox.io/v1alpha1 SandboxList"`
+	if err == nil || err.Error() != want {
+		t.Errorf("error %v, want %q", err, want)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			table := Table([]sandboxv1alpha1.Sandbox{tt.sb}, now)
-			if len(table.ColumnDefinitions) != 10 {
-				t.Fatalf("%d columns, want 10", len(table.ColumnDefinitions))
-			}
-			if diff := cmp.Diff(tt.want, table.Rows[0].Cells[1:]); diff != "" {
-				t.Errorf("cells (-want +got):\n%s", diff)
-			}
-		})
+	if out.Len() > 0 {
+		t.Errorf("printed %q", out)
 	}
 }
 
@@ -305,12 +299,13 @@ func TestGetJSON(t *testing.T) {
 		wantName []string
 	}{
 		{name: "one sandbox is the object", args: []string{"alpha", "-o", "json"}, wantKind: "Sandbox", wantName: []string{"alpha"}},
-		{name: "a list", args: []string{"-o", "json"}, wantKind: "SandboxList", wantName: []string{"alpha", "beta"}},
+		{name: "a list", args: []string{"-o", "json"}, wantKind: "SandboxList", wantName: []string{"alpha", "beta", "gamma"}},
 		{name: "two names are a list", args: []string{"beta", "alpha", "-o", "json"}, wantKind: "SandboxList", wantName: []string{"beta", "alpha"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := cmdtesting.NewTestFactory(testSandboxes()...)
+			f := cmdtesting.NewServerFactory(newServer(t).URL)
+			f.RESTConfig.BearerToken = sandboxserver.UserToken
 			streams, _, out, _ := genericiooptions.NewTestIOStreams()
 			cmd := NewCmdGet(f, streams)
 			cmd.SilenceErrors, cmd.SilenceUsage = true, true

@@ -14,13 +14,9 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
@@ -459,8 +455,8 @@ func policyPatch(resourceVersion string, p *sandboxv1alpha1.SandboxNetworkPolicy
 }
 
 // waitInForce waits until EgressReady is True for sb's generation or later, watching the
-// sandbox from a list of it (client-go's UntilWithSync). It fails at once when the policy
-// failed to apply or the sandbox is deleted.
+// sandbox (cmdutil.WaitForSandbox). It fails at once when the policy failed to apply or the
+// sandbox is deleted.
 func (o *UpdateOptions) waitInForce(ctx context.Context, sb *sandboxv1alpha1.Sandbox) (*sandboxv1alpha1.Sandbox, error) {
 	generation := sb.Generation
 	last := sb
@@ -487,56 +483,19 @@ func (o *UpdateOptions) waitInForce(ctx context.Context, sb *sandboxv1alpha1.San
 
 	waitCtx, cancel := watchtools.ContextWithOptionalTimeout(ctx, max(o.Timeout, 0))
 	defer cancel()
-	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
-	selector := fields.OneTermEqualSelector("metadata.name", o.Name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
-			options.FieldSelector = selector
-			return sandboxes.List(ctx, options)
-		},
-		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
-			options.FieldSelector = selector
-			return sandboxes.Watch(ctx, options)
-		},
-	}
-	deleted := fmt.Errorf("sandbox %q was deleted while waiting for its network policy", o.Name)
-	precondition := func(store cache.Store) (bool, error) {
-		obj, exists, err := store.GetByKey(o.Namespace + "/" + o.Name)
-		switch {
-		case err != nil:
-			return false, err
-		case !exists:
-			return false, deleted
-		}
-		current, ok := obj.(*sandboxv1alpha1.Sandbox)
-		if !ok {
-			return false, fmt.Errorf("unexpected object %T", obj)
-		}
-		return inForce(current)
-	}
-	var result *sandboxv1alpha1.Sandbox
-	event, err := watchtools.UntilWithSync(waitCtx, lw, &sandboxv1alpha1.Sandbox{}, precondition, func(event watch.Event) (bool, error) {
-		current, ok := event.Object.(*sandboxv1alpha1.Sandbox)
-		if !ok || current.Name != o.Name {
-			return false, nil
-		}
-		if event.Type == watch.Deleted {
-			return false, deleted
+	result, err := cmdutil.WaitForSandbox(waitCtx, o.Client, o.Namespace, o.Name, func(current *sandboxv1alpha1.Sandbox) (bool, error) {
+		if current == nil {
+			return false, fmt.Errorf("sandbox %q was deleted while waiting for its network policy", o.Name)
 		}
 		return inForce(current)
 	})
 	switch {
-	case err == nil && event == nil:
-		// The precondition found it in force.
-		result = last
 	case err == nil:
-		result = event.Object.(*sandboxv1alpha1.Sandbox)
+		return result, nil
 	case waitCtx.Err() != nil && ctx.Err() == nil:
 		return nil, fmt.Errorf("timed out waiting for the network policy of sandbox %q (generation %d) to be in force%s", o.Name, generation, notInForceReason(last, generation))
-	default:
-		return nil, err
 	}
-	return result, nil
+	return nil, err
 }
 
 // notInForceReason is ": EgressReady is ..." of the sandbox last seen, for a wait for generation

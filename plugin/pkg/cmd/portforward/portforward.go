@@ -19,8 +19,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
 
+	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
-	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/files"
 )
 
 // shutdownTimeout is how long requests in flight get to finish after Ctrl-C before their
@@ -148,9 +148,13 @@ func (o *PortForwardOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, arg
 	if err != nil {
 		return err
 	}
-	if o.Base, err = files.SubresourceURL(config, ns, o.Name, "proxy"); err != nil {
-		return err
+	// The proxy subresource's URL, as the REST client of the group builds it; the forwarded
+	// requests' paths go after it.
+	typed, err := typedsandbox.NewForConfig(config)
+	if err != nil {
+		return fmt.Errorf("create sandbox REST client: %w", err)
 	}
+	o.Base = typed.RESTClient().Get().Namespace(ns).Resource("sandboxes").Name(o.Name).SubResource("proxy").URL()
 	o.Transport, err = NewTransport(config)
 	return err
 }
@@ -192,7 +196,7 @@ func (o *PortForwardOptions) Handler(remote uint16) http.Handler {
 	if o.Replica != 0 {
 		target = strconv.Itoa(int(o.Replica)) + ":" + target
 	}
-	base := files.AppendPath(o.Base, target)
+	base := appendPath(o.Base, target)
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			in := pr.In.URL
@@ -275,4 +279,19 @@ func (o *PortForwardOptions) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return err
+}
+
+// appendPath returns a copy of u with the segments appended, each escaped on its own so that a
+// "/", "?" or "%" in one stays part of it.
+func appendPath(u *url.URL, segments ...string) *url.URL {
+	out := *u
+	p := strings.TrimSuffix(u.Path, "/")
+	raw := strings.TrimSuffix(u.EscapedPath(), "/")
+	for _, s := range segments {
+		p += "/" + s
+		raw += "/" + url.PathEscape(s)
+	}
+	out.Path, out.RawPath = p, raw
+	out.RawQuery = ""
+	return &out
 }

@@ -1,5 +1,5 @@
 // Package util holds what the kubectl-sandbox commands share: the client factory, kubectl-style
-// error printing and help text helpers.
+// error printing, help text helpers, the wait for a sandbox (a watch) and its phase.
 package util
 
 import (

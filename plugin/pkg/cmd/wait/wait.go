@@ -3,7 +3,6 @@ package wait
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -12,13 +11,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
-	"k8s.io/klog/v2"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
@@ -243,11 +239,10 @@ func (o *WaitOptions) Run(ctx context.Context) error {
 }
 
 // waitFor returns the sandbox once its condition is met, or the sandbox as it was last seen
-// when it is gone or the wait timed out (for the reason in the message). It reads the sandbox,
-// then watches it from there; if the server cannot watch, it polls instead.
+// when it is gone or the wait failed (for the reason in the message). It reads the sandbox,
+// for a quick answer and the UID that --for=delete needs, then watches it.
 func (o *WaitOptions) waitFor(ctx context.Context, name string) (*sandboxv1alpha1.Sandbox, error) {
-	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
-	sb, err := sandboxes.Get(ctx, name, metav1.GetOptions{})
+	sb, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case o.forDelete && apierrors.IsNotFound(err):
 		return o.gone(name), nil
@@ -257,116 +252,25 @@ func (o *WaitOptions) waitFor(ctx context.Context, name string) (*sandboxv1alpha
 	// With --for=delete the UID tells the sandbox from a new one of the same name, which ends
 	// the wait as kubectl wait's does.
 	uid := sb.UID
-	for {
-		if done, err := o.met(sb, uid); done || err != nil {
-			return sb, err
-		}
-		if o.Timeout == 0 {
-			return nil, fmt.Errorf("condition not met for sandboxes/%s%s", name, o.notMetReason(sb))
-		}
-		last, done, err := o.watch(ctx, name, sb, uid)
-		var watchErr *watchError
-		switch {
-		case errors.As(err, &watchErr):
-			klog.FromContext(ctx).V(4).Info("Watch failed, polling instead", "sandbox", klog.KRef(o.Namespace, name), "err", watchErr.err)
-			return o.poll(ctx, name, uid)
-		case done || err != nil:
-			return last, err
-		}
-		// The watch ended (servers end watches after a while) or its resourceVersion is too
-		// old to watch from: read the sandbox again and watch from there.
-		sb, err = sandboxes.Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case o.forDelete && apierrors.IsNotFound(err):
-			return last, nil
-		case apierrors.IsNotFound(err):
-			return nil, o.deleted(name)
-		case err != nil:
-			return last, err
-		}
+	if done, err := o.met(sb, uid); done || err != nil {
+		return sb, err
 	}
-}
-
-// watchError is a watch that failed, after which waitFor polls instead.
-type watchError struct {
-	err error
-}
-
-func (e *watchError) Error() string { return e.err.Error() }
-
-// watch watches the sandbox from last's resourceVersion until its condition is met (done),
-// it cannot be (an error), or the watch ends (neither). It returns the sandbox last seen.
-func (o *WaitOptions) watch(ctx context.Context, name string, last *sandboxv1alpha1.Sandbox, uid types.UID) (*sandboxv1alpha1.Sandbox, bool, error) {
-	w, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Watch(ctx, metav1.ListOptions{
-		FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
-		ResourceVersion: last.ResourceVersion,
-	})
-	if err != nil {
-		return last, false, &watchError{err}
+	if o.Timeout == 0 {
+		return nil, fmt.Errorf("condition not met for sandboxes/%s%s", name, o.notMetReason(sb))
 	}
-	defer w.Stop()
-	events := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return last, false, ctx.Err()
-		case event, ok := <-w.ResultChan():
-			switch {
-			case !ok && ctx.Err() != nil:
-				return last, false, ctx.Err()
-			case !ok && events == 0:
-				// Ended before it said anything: a proxy on the way that does not keep watches
-				// open would make re-watching a busy loop.
-				return last, false, &watchError{errors.New("watch closed without events")}
-			case !ok:
-				return last, false, nil
-			}
-			events++
-			if event.Type == watch.Error {
-				err := apierrors.FromObject(event.Object)
-				if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-					return last, false, nil
-				}
-				return last, false, &watchError{err}
-			}
-			sb, ok := event.Object.(*sandboxv1alpha1.Sandbox)
-			if !ok || sb.Name != name {
-				// Bookmarks, and other sandboxes from a server that ignored the field selector.
-				continue
-			}
-			switch event.Type {
-			case watch.Deleted:
-				if o.forDelete {
-					return sb, true, nil
-				}
-				return sb, false, o.deleted(name)
-			case watch.Added, watch.Modified:
-				last = sb
-				if done, err := o.met(sb, uid); done || err != nil {
-					return sb, done, err
-				}
-			}
-		}
-	}
-}
-
-// poll reads the sandbox until its condition is met, for servers that cannot watch.
-func (o *WaitOptions) poll(ctx context.Context, name string, uid types.UID) (*sandboxv1alpha1.Sandbox, error) {
-	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
-	last := o.gone(name)
-	err := cmdutil.Poll(ctx, func(ctx context.Context) (bool, error) {
-		sb, err := sandboxes.Get(ctx, name, metav1.GetOptions{})
+	last, err := cmdutil.WaitForSandbox(ctx, o.Client, o.Namespace, name, func(current *sandboxv1alpha1.Sandbox) (bool, error) {
 		switch {
-		case o.forDelete && apierrors.IsNotFound(err):
+		case current == nil && o.forDelete:
 			return true, nil
-		case apierrors.IsNotFound(err):
+		case current == nil:
 			return false, o.deleted(name)
-		case err != nil:
-			return false, err
 		}
-		last = sb
-		return o.met(sb, uid)
+		return o.met(current, uid)
 	})
+	if last == nil {
+		// Gone before the watch saw it.
+		last = sb
+	}
 	return last, err
 }
 
@@ -377,7 +281,7 @@ func (o *WaitOptions) met(sb *sandboxv1alpha1.Sandbox, uid types.UID) (bool, err
 	if o.forDelete {
 		return sb.UID != uid, nil
 	}
-	phase := phaseOf(sb)
+	phase := cmdutil.Phase(sb)
 	if o.conditionType != "" {
 		if c := condition(sb, o.conditionType); c != nil && strings.EqualFold(string(c.Status), o.conditionStatus) {
 			return true, nil
@@ -426,18 +330,6 @@ func failedReason(sb *sandboxv1alpha1.Sandbox) string {
 		return conditionReason(c)
 	}
 	return readyReason(sb)
-}
-
-// phaseOf is the phase as the server's table shows it: Pending until the controller has set
-// one, Terminating once deleted unless it is being deleted because it expired.
-func phaseOf(sb *sandboxv1alpha1.Sandbox) sandboxv1alpha1.SandboxPhase {
-	switch {
-	case sb.DeletionTimestamp != nil && sb.Status.Phase != sandboxv1alpha1.PhaseExpired:
-		return sandboxv1alpha1.PhaseTerminating
-	case sb.Status.Phase == "":
-		return sandboxv1alpha1.PhasePending
-	}
-	return sb.Status.Phase
 }
 
 // readyReason is ": REASON: MESSAGE" of the Ready condition when it is not true, so that a

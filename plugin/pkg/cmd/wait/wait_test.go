@@ -3,15 +3,13 @@ package wait
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/google/go-cmp/cmp"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,11 +50,21 @@ func withCondition(sb *sandboxv1alpha1.Sandbox, typ string, status metav1.Condit
 	return sb
 }
 
-// fakeWatch is what one watch request gets: an error, or events and then, if closed, the end.
-type fakeWatch struct {
-	err    error
-	events []watch.Event
-	closed bool
+// change is what the test's controller does once the wait watches: store sb in place of the
+// sandbox of its name, or delete the sandbox named remove.
+type change struct {
+	sb     *sandboxv1alpha1.Sandbox
+	remove string
+}
+
+func update(sb *sandboxv1alpha1.Sandbox) change { return change{sb: sb} }
+func remove(name string) change                 { return change{remove: name} }
+
+// brokenWatch is what a watch request gets before the watch works: an error, or a watch that
+// ends at once, or one whose only event is an error.
+type brokenWatch struct {
+	err   error
+	event *watch.Event
 }
 
 func TestWait(t *testing.T) {
@@ -73,213 +81,178 @@ func TestWait(t *testing.T) {
 		sb.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: reason, Message: message}}
 		return sb
 	}
-	modified := func(sb *sandboxv1alpha1.Sandbox) watch.Event { return watch.Event{Type: watch.Modified, Object: sb} }
 	expiredRV := watch.Event{Type: watch.Error, Object: &apierrors.NewResourceExpired("too old resource version: 10 (12)").ErrStatus}
 
 	tests := []struct {
 		name string
 		args []string
-		// gets are the replies to the GETs of each sandbox, in turn (nil: not found); the last
-		// one repeats.
-		gets map[string][]*sandboxv1alpha1.Sandbox
-		// watches are the replies to the watches, in turn; after them a watch sees nothing.
-		watches []fakeWatch
+		// stored are the sandboxes at the start.
+		stored []*sandboxv1alpha1.Sandbox
+		// broken are what the first watches get; the ones after them work.
+		broken []brokenWatch
+		// changes happen once the first working watch has started.
+		changes []change
 		wantOut string
 		wantErr string
-		// wantWatches are the field selectors of the watches and the resourceVersions they
-		// started from.
-		wantWatches []string
+		// wantWatch says whether the wait lists and watches; it always does so with the field
+		// selector of the one sandbox waited for.
+		wantWatch bool
 	}{
 		{
 			name:    "already running",
 			args:    []string{"sb"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {running("sb", "10")}},
+			stored:  []*sandboxv1alpha1.Sandbox{running("sb", "10")},
 			wantOut: "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
 		},
 		{
-			name: "becomes running",
-			args: []string{"sb"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10")}},
-			watches: []fakeWatch{{events: []watch.Event{
-				modified(pending("sb", "11")),
-				modified(running("sb", "12")),
-			}}},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "becomes running",
+			args:      []string{"sb"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
+			changes:   []change{update(pending("sb", "11")), update(running("sb", "12"))},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatch: true,
 		},
 		{
-			name: "phase in any case",
-			args: []string{"sb", "--for=rUNNING"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10")}},
-			watches: []fakeWatch{{events: []watch.Event{
-				modified(running("sb", "12")),
-			}}},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "phase in any case",
+			args:      []string{"sb", "--for=rUNNING"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
+			changes:   []change{update(running("sb", "12"))},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatch: true,
 		},
 		{
-			name: "events of other sandboxes are ignored",
-			args: []string{"sb"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10")}},
-			watches: []fakeWatch{{events: []watch.Event{
-				modified(failed("other", "11")),
-				{Type: watch.Deleted, Object: running("other", "12")},
-				modified(running("sb", "13")),
-			}}},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			// The fake clientset ignores field selectors, as a server might.
+			name:      "events of other sandboxes are ignored",
+			args:      []string{"sb"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10"), pending("other", "10")},
+			changes:   []change{update(failed("other", "11")), remove("other"), update(running("sb", "13"))},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatch: true,
 		},
 		{
-			name: "fails at once when the sandbox fails",
-			args: []string{"sb", "--timeout=1h"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10")}},
-			watches: []fakeWatch{{events: []watch.Event{
-				modified(failed("sb", "11")),
-			}}},
-			wantErr:     "error: sandbox \"sb\" failed: ImagePullFailed: image \"nope\" not found\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "fails at once when the sandbox fails",
+			args:      []string{"sb", "--timeout=1h"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
+			changes:   []change{update(failed("sb", "11"))},
+			wantErr:   "error: sandbox \"sb\" failed: ImagePullFailed: image \"nope\" not found\n",
+			wantWatch: true,
 		},
 		{
 			name:    "already failed",
 			args:    []string{"sb", "--timeout=1h"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {failed("sb", "10")}},
+			stored:  []*sandboxv1alpha1.Sandbox{failed("sb", "10")},
 			wantErr: "error: sandbox \"sb\" failed: ImagePullFailed: image \"nope\" not found\n",
 		},
 		{
 			name:    "waits for failed",
 			args:    []string{"sb", "--for", "Failed"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {failed("sb", "10")}},
+			stored:  []*sandboxv1alpha1.Sandbox{failed("sb", "10")},
 			wantOut: "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
 		},
 		{
-			name: "expires while waiting for running",
-			args: []string{"sb", "--timeout=1h"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10")}},
-			watches: []fakeWatch{{events: []watch.Event{
-				modified(sandbox("sb", "uid-sb", "11", sandboxv1alpha1.PhaseExpired)),
-			}}},
-			wantErr:     "error: sandbox \"sb\" expired\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "expires while waiting for running",
+			args:      []string{"sb", "--timeout=1h"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
+			changes:   []change{update(sandbox("sb", "uid-sb", "11", sandboxv1alpha1.PhaseExpired))},
+			wantErr:   "error: sandbox \"sb\" expired\n",
+			wantWatch: true,
 		},
 		{
-			name: "deleted while waiting for running",
-			args: []string{"sb", "--timeout=1h"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10")}},
-			watches: []fakeWatch{{events: []watch.Event{
-				{Type: watch.Deleted, Object: pending("sb", "11")},
-			}}},
-			wantErr:     "error: sandbox \"sb\" was deleted while waiting for phase Running\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "being deleted while waiting for running",
+			args:      []string{"sb", "--timeout=1h"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
+			changes:   []change{update(sandbox("sb", "uid-sb", "11", sandboxv1alpha1.PhaseTerminating))},
+			wantErr:   "error: sandbox \"sb\" is being deleted\n",
+			wantWatch: true,
 		},
 		{
-			name:        "times out",
-			args:        []string{"sb", "--timeout=200ms"},
-			gets:        map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10")}},
-			wantErr:     "error: timed out waiting for the condition on sandboxes/sb\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "deleted while waiting for running",
+			args:      []string{"sb", "--timeout=1h"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
+			changes:   []change{remove("sb")},
+			wantErr:   "error: sandbox \"sb\" was deleted while waiting for phase Running\n",
+			wantWatch: true,
 		},
 		{
-			name: "times out with the reason of the sandbox last seen",
-			args: []string{"sb", "--timeout=200ms"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10")}},
-			watches: []fakeWatch{{events: []watch.Event{
-				modified(waiting("sb", "11", "PoolExhausted", `no idle pod in pool "python"`)),
-			}}},
-			wantErr:     "error: timed out waiting for the condition on sandboxes/sb: PoolExhausted: no idle pod in pool \"python\"\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "times out",
+			args:      []string{"sb", "--timeout=200ms"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
+			wantErr:   "error: timed out waiting for the condition on sandboxes/sb\n",
+			wantWatch: true,
 		},
 		{
-			name:        "times out on a sandbox whose pool does not exist",
-			args:        []string{"sb", "--timeout=200ms"},
-			gets:        map[string][]*sandboxv1alpha1.Sandbox{"sb": {waiting("sb", "10", "PoolNotFound", `pool "nope" not found`)}},
-			wantErr:     "error: timed out waiting for the condition on sandboxes/sb: PoolNotFound: pool \"nope\" not found\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "times out with the reason of the sandbox last seen",
+			args:      []string{"sb", "--timeout=300ms"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
+			changes:   []change{update(waiting("sb", "11", "PoolExhausted", `no idle pod in pool "python"`))},
+			wantErr:   "error: timed out waiting for the condition on sandboxes/sb: PoolExhausted: no idle pod in pool \"python\"\n",
+			wantWatch: true,
+		},
+		{
+			name:      "times out on a sandbox whose pool does not exist",
+			args:      []string{"sb", "--timeout=200ms"},
+			stored:    []*sandboxv1alpha1.Sandbox{waiting("sb", "10", "PoolNotFound", `pool "nope" not found`)},
+			wantErr:   "error: timed out waiting for the condition on sandboxes/sb: PoolNotFound: pool \"nope\" not found\n",
+			wantWatch: true,
 		},
 		{
 			name:    "zero timeout says why",
 			args:    []string{"sb", "--timeout=0"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {waiting("sb", "10", "PoolExhausted", `no idle pod in pool "python"`)}},
+			stored:  []*sandboxv1alpha1.Sandbox{waiting("sb", "10", "PoolExhausted", `no idle pod in pool "python"`)},
 			wantErr: "error: condition not met for sandboxes/sb: PoolExhausted: no idle pod in pool \"python\"\n",
 		},
 		{
-			name: "times out while polling, with the reason",
-			args: []string{"sb", "--timeout=300ms"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10"), waiting("sb", "11", "PoolExhausted", "pool at poolMax")}},
-			watches: []fakeWatch{
-				{err: apierrors.NewMethodNotSupported(sandboxv1alpha1.Resource("sandboxes"), "watch")},
-			},
-			wantErr:     "error: timed out waiting for the condition on sandboxes/sb: PoolExhausted: pool at poolMax\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
-		},
-		{
-			name:        "delete times out without a reason",
-			args:        []string{"sb", "--for=delete", "--timeout=200ms"},
-			gets:        map[string][]*sandboxv1alpha1.Sandbox{"sb": {waiting("sb", "10", "PoolExhausted", "x")}},
-			wantErr:     "error: timed out waiting for the condition on sandboxes/sb\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "delete times out without a reason",
+			args:      []string{"sb", "--for=delete", "--timeout=200ms"},
+			stored:    []*sandboxv1alpha1.Sandbox{waiting("sb", "10", "PoolExhausted", "x")},
+			wantErr:   "error: timed out waiting for the condition on sandboxes/sb\n",
+			wantWatch: true,
 		},
 		{
 			name:    "zero timeout checks once",
 			args:    []string{"sb", "--timeout=0"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10")}},
+			stored:  []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
 			wantErr: "error: condition not met for sandboxes/sb\n",
 		},
 		{
-			name: "polls when the server cannot watch",
-			args: []string{"sb"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10"), pending("sb", "10"), running("sb", "11")}},
-			watches: []fakeWatch{
-				{err: apierrors.NewMethodNotSupported(sandboxv1alpha1.Resource("sandboxes"), "watch")},
-			},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "a watch that ends at once is watched again",
+			args:      []string{"sb"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
+			broken:    []brokenWatch{{}},
+			changes:   []change{update(running("sb", "11"))},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatch: true,
 		},
 		{
-			name: "polls when the watch ends at once",
-			args: []string{"sb"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10"), running("sb", "11")}},
-			watches: []fakeWatch{
-				{closed: true},
-			},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "a watch the server refuses is tried again",
+			args:      []string{"sb"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
+			broken:    []brokenWatch{{err: apierrors.NewServiceUnavailable("the server is restarting")}},
+			changes:   []change{update(running("sb", "11"))},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatch: true,
 		},
 		{
-			name: "reads again when the watch ends",
-			args: []string{"sb"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10"), pending("sb", "12")}},
-			watches: []fakeWatch{
-				{events: []watch.Event{modified(pending("sb", "11"))}, closed: true},
-				{events: []watch.Event{modified(running("sb", "13"))}},
-			},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10", "metadata.name=sb from 12"},
+			name:      "a resourceVersion too old to watch from is listed again",
+			args:      []string{"sb"},
+			stored:    []*sandboxv1alpha1.Sandbox{pending("sb", "10")},
+			broken:    []brokenWatch{{event: &expiredRV}},
+			changes:   []change{update(running("sb", "21"))},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatch: true,
 		},
 		{
-			name: "reads again when the resourceVersion is too old",
-			args: []string{"sb"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {pending("sb", "10"), pending("sb", "20")}},
-			watches: []fakeWatch{
-				{events: []watch.Event{expiredRV}},
-				{events: []watch.Event{modified(running("sb", "21"))}},
-			},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10", "metadata.name=sb from 20"},
-		},
-		{
-			name: "several sandboxes in turn",
-			args: []string{"a", "b", "a"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"a": {running("a", "10")}, "b": {pending("b", "11")}},
-			watches: []fakeWatch{{events: []watch.Event{
-				modified(running("b", "12")),
-			}}},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/a condition met\nsandbox.sandbox.kube-sandbox.io/b condition met\n",
-			wantWatches: []string{"metadata.name=b from 11"},
+			name:      "several sandboxes in turn",
+			args:      []string{"a", "b", "a"},
+			stored:    []*sandboxv1alpha1.Sandbox{running("a", "10"), pending("b", "11")},
+			changes:   []change{update(running("b", "12"))},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/a condition met\nsandbox.sandbox.kube-sandbox.io/b condition met\n",
+			wantWatch: true,
 		},
 		{
 			name:    "output name",
 			args:    []string{"sb", "-o", "name"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {running("sb", "10")}},
+			stored:  []*sandboxv1alpha1.Sandbox{running("sb", "10")},
 			wantOut: "sandbox.sandbox.kube-sandbox.io/sb\n",
 		},
 		{
@@ -288,15 +261,12 @@ func TestWait(t *testing.T) {
 			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"nope\" not found\n",
 		},
 		{
-			name: "delete",
-			args: []string{"sb", "--for=delete"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {running("sb", "10")}},
-			watches: []fakeWatch{{events: []watch.Event{
-				modified(sandbox("sb", "uid-sb", "11", sandboxv1alpha1.PhaseTerminating)),
-				{Type: watch.Deleted, Object: sandbox("sb", "uid-sb", "12", sandboxv1alpha1.PhaseTerminating)},
-			}}},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "delete",
+			args:      []string{"sb", "--for=delete"},
+			stored:    []*sandboxv1alpha1.Sandbox{running("sb", "10")},
+			changes:   []change{update(sandbox("sb", "uid-sb", "11", sandboxv1alpha1.PhaseTerminating)), remove("sb")},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatch: true,
 		},
 		{
 			name:    "delete of a sandbox already gone",
@@ -304,31 +274,28 @@ func TestWait(t *testing.T) {
 			wantOut: "sandbox.sandbox.kube-sandbox.io/nope condition met\n",
 		},
 		{
-			name: "delete ends when a new sandbox takes the name",
-			args: []string{"sb", "--for=delete"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {running("sb", "10")}},
-			watches: []fakeWatch{{events: []watch.Event{
-				{Type: watch.Added, Object: sandbox("sb", "uid-new", "12", sandboxv1alpha1.PhasePending)},
-			}}},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "delete ends when a new sandbox takes the name",
+			args:      []string{"sb", "--for=delete"},
+			stored:    []*sandboxv1alpha1.Sandbox{running("sb", "10")},
+			changes:   []change{update(sandbox("sb", "uid-new", "12", sandboxv1alpha1.PhasePending))},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatch: true,
 		},
 		{
-			name:        "delete times out",
-			args:        []string{"sb", "--for=delete", "--timeout=200ms"},
-			gets:        map[string][]*sandboxv1alpha1.Sandbox{"sb": {running("sb", "10")}},
-			wantErr:     "error: timed out waiting for the condition on sandboxes/sb\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "delete times out",
+			args:      []string{"sb", "--for=delete", "--timeout=200ms"},
+			stored:    []*sandboxv1alpha1.Sandbox{running("sb", "10")},
+			wantErr:   "error: timed out waiting for the condition on sandboxes/sb\n",
+			wantWatch: true,
 		},
 		{
-			name: "delete while polling",
-			args: []string{"sb", "--for=delete"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {running("sb", "10"), running("sb", "10"), nil}},
-			watches: []fakeWatch{
-				{err: apierrors.NewMethodNotSupported(sandboxv1alpha1.Resource("sandboxes"), "watch")},
-			},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "delete across a broken watch",
+			args:      []string{"sb", "--for=delete"},
+			stored:    []*sandboxv1alpha1.Sandbox{running("sb", "10")},
+			broken:    []brokenWatch{{}},
+			changes:   []change{remove("sb")},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatch: true,
 		},
 		{
 			name:    "phase it cannot wait for",
@@ -338,18 +305,16 @@ func TestWait(t *testing.T) {
 		{
 			name:    "condition syntax of kubectl wait",
 			args:    []string{"sb", "--for=condition=Ready"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {withCondition(running("sb", "10"), "Ready", metav1.ConditionTrue, "", "")}},
+			stored:  []*sandboxv1alpha1.Sandbox{withCondition(running("sb", "10"), "Ready", metav1.ConditionTrue, "", "")},
 			wantOut: "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
 		},
 		{
-			name: "condition with a status, in any case",
-			args: []string{"sb", "--for=Condition=tasksfailed=false"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(pending("sb", "10"))}},
-			watches: []fakeWatch{{events: []watch.Event{
-				modified(withCondition(withTask(running("sb", "11")), "TasksFailed", metav1.ConditionFalse, "NoTaskFailed", "")),
-			}}},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "condition with a status, in any case",
+			args:      []string{"sb", "--for=Condition=tasksfailed=false"},
+			stored:    []*sandboxv1alpha1.Sandbox{withTask(pending("sb", "10"))},
+			changes:   []change{update(withCondition(withTask(running("sb", "11")), "TasksFailed", metav1.ConditionFalse, "NoTaskFailed", ""))},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatch: true,
 		},
 		{
 			name:    "condition without a type",
@@ -362,71 +327,69 @@ func TestWait(t *testing.T) {
 			wantErr: "error: invalid --for \"condition=Ready=\": a condition is condition=TYPE or condition=TYPE=STATUS\nSee 'wait -h' for help and examples\n",
 		},
 		{
-			name: "tasks complete",
-			args: []string{"sb", "--for=TasksComplete"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(running("sb", "10"))}},
-			watches: []fakeWatch{{events: []watch.Event{
-				modified(withCondition(withTask(running("sb", "11")), "TasksComplete", metav1.ConditionFalse, "TasksRunning", "2 of 3 tasks running")),
-				modified(withCondition(withTask(sandbox("sb", "uid-sb", "12", sandboxv1alpha1.PhaseSucceeded)), "TasksComplete", metav1.ConditionTrue, "AllSucceeded", "")),
-			}}},
-			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:   "tasks complete",
+			args:   []string{"sb", "--for=TasksComplete"},
+			stored: []*sandboxv1alpha1.Sandbox{withTask(running("sb", "10"))},
+			changes: []change{
+				update(withCondition(withTask(running("sb", "11")), "TasksComplete", metav1.ConditionFalse, "TasksRunning", "2 of 3 tasks running")),
+				update(withCondition(withTask(sandbox("sb", "uid-sb", "12", sandboxv1alpha1.PhaseSucceeded)), "TasksComplete", metav1.ConditionTrue, "AllSucceeded", "")),
+			},
+			wantOut:   "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatch: true,
 		},
 		{
 			name:    "tasks complete in any case, some failed",
 			args:    []string{"sb", "--for=taskscomplete"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {withCondition(withTask(failed("sb", "10")), "TasksComplete", metav1.ConditionTrue, "SomeFailed", "")}},
+			stored:  []*sandboxv1alpha1.Sandbox{withCondition(withTask(failed("sb", "10")), "TasksComplete", metav1.ConditionTrue, "SomeFailed", "")},
 			wantOut: "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
 		},
 		{
 			name:    "tasks complete of a sandbox that cannot run",
 			args:    []string{"sb", "--for=TasksComplete", "--timeout=1h"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(failed("sb", "10"))}},
+			stored:  []*sandboxv1alpha1.Sandbox{withTask(failed("sb", "10"))},
 			wantErr: "error: sandbox \"sb\" failed: ImagePullFailed: image \"nope\" not found\n",
 		},
 		{
 			name:    "tasks complete of a sandbox without a task",
 			args:    []string{"sb", "--for=TasksComplete", "--timeout=1h"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {running("sb", "10")}},
+			stored:  []*sandboxv1alpha1.Sandbox{running("sb", "10")},
 			wantErr: "error: sandbox \"sb\" runs no task (it has no spec.taskTemplate): its tasks never complete\n",
 		},
 		{
-			name:        "tasks complete times out with the reason",
-			args:        []string{"sb", "--for=TasksComplete", "--timeout=200ms"},
-			gets:        map[string][]*sandboxv1alpha1.Sandbox{"sb": {withCondition(withTask(running("sb", "10")), "TasksComplete", metav1.ConditionFalse, "TasksRunning", "2 of 3 tasks running")}},
-			wantErr:     "error: timed out waiting for the condition on sandboxes/sb: TasksRunning: 2 of 3 tasks running\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "tasks complete times out with the reason",
+			args:      []string{"sb", "--for=TasksComplete", "--timeout=200ms"},
+			stored:    []*sandboxv1alpha1.Sandbox{withCondition(withTask(running("sb", "10")), "TasksComplete", metav1.ConditionFalse, "TasksRunning", "2 of 3 tasks running")},
+			wantErr:   "error: timed out waiting for the condition on sandboxes/sb: TasksRunning: 2 of 3 tasks running\n",
+			wantWatch: true,
 		},
 		{
-			name: "deleted while waiting for tasks",
-			args: []string{"sb", "--for=TasksComplete", "--timeout=1h"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(running("sb", "10"))}},
-			watches: []fakeWatch{{events: []watch.Event{
-				{Type: watch.Deleted, Object: withTask(running("sb", "11"))},
-			}}},
-			wantErr:     "error: sandbox \"sb\" was deleted while waiting for condition TasksComplete=True\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:      "deleted while waiting for tasks",
+			args:      []string{"sb", "--for=TasksComplete", "--timeout=1h"},
+			stored:    []*sandboxv1alpha1.Sandbox{withTask(running("sb", "10"))},
+			changes:   []change{remove("sb")},
+			wantErr:   "error: sandbox \"sb\" was deleted while waiting for condition TasksComplete=True\n",
+			wantWatch: true,
 		},
 		{
 			name:    "succeeded",
 			args:    []string{"sb", "--for=succeeded"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(sandbox("sb", "uid-sb", "10", sandboxv1alpha1.PhaseSucceeded))}},
+			stored:  []*sandboxv1alpha1.Sandbox{withTask(sandbox("sb", "uid-sb", "10", sandboxv1alpha1.PhaseSucceeded))},
 			wantOut: "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
 		},
 		{
-			name: "succeeded fails at once when a task fails",
-			args: []string{"sb", "--for=Succeeded", "--timeout=1h"},
-			gets: map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(running("sb", "10"))}},
-			watches: []fakeWatch{{events: []watch.Event{
-				modified(withCondition(withTask(sandbox("sb", "uid-sb", "11", sandboxv1alpha1.PhaseFailed)), "TasksFailed", metav1.ConditionTrue, "TaskFailed", "replica 2 exited 1")),
-			}}},
-			wantErr:     "error: sandbox \"sb\" failed: TaskFailed: replica 2 exited 1\n",
-			wantWatches: []string{"metadata.name=sb from 10"},
+			name:   "succeeded fails at once when a task fails",
+			args:   []string{"sb", "--for=Succeeded", "--timeout=1h"},
+			stored: []*sandboxv1alpha1.Sandbox{withTask(running("sb", "10"))},
+			changes: []change{
+				update(withCondition(withTask(sandbox("sb", "uid-sb", "11", sandboxv1alpha1.PhaseFailed)), "TasksFailed", metav1.ConditionTrue, "TaskFailed", "replica 2 exited 1")),
+			},
+			wantErr:   "error: sandbox \"sb\" failed: TaskFailed: replica 2 exited 1\n",
+			wantWatch: true,
 		},
 		{
 			name:    "running fails at once when the tasks have ended",
 			args:    []string{"sb", "--timeout=1h"},
-			gets:    map[string][]*sandboxv1alpha1.Sandbox{"sb": {withTask(sandbox("sb", "uid-sb", "10", sandboxv1alpha1.PhaseSucceeded))}},
+			stored:  []*sandboxv1alpha1.Sandbox{withTask(sandbox("sb", "uid-sb", "10", sandboxv1alpha1.PhaseSucceeded))},
 			wantErr: "error: sandbox \"sb\" succeeded: its tasks have ended (--for=TasksComplete waits for that)\n",
 		},
 		{
@@ -437,36 +400,65 @@ func TestWait(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := cmdtesting.NewTestFactory()
-			gets := map[string]int{}
-			f.Clientset.PrependReactor("get", "sandboxes", func(action clienttesting.Action) (bool, runtime.Object, error) {
-				name := action.(clienttesting.GetAction).GetName()
-				replies := tt.gets[name]
-				i := min(gets[name], len(replies)-1)
-				gets[name]++
-				if i < 0 || replies[i] == nil {
-					return true, nil, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes"), name)
+			f := cmdtesting.NewTestFactory(tt.stored...)
+			tracker := f.Clientset.Tracker()
+			var mu sync.Mutex
+			var requests []string
+			record := func(verb string, action clienttesting.Action) {
+				var fs string
+				switch a := action.(type) {
+				case clienttesting.ListAction:
+					fs = a.GetListRestrictions().Fields.String()
+				case clienttesting.WatchAction:
+					fs = a.GetWatchRestrictions().Fields.String()
 				}
-				return true, replies[i].DeepCopy(), nil
+				mu.Lock()
+				defer mu.Unlock()
+				requests = append(requests, verb+" "+fs)
+			}
+			f.Clientset.PrependReactor("list", "sandboxes", func(action clienttesting.Action) (bool, runtime.Object, error) {
+				record("list", action)
+				return false, nil, nil
 			})
-			var watches []string
+			var changed sync.WaitGroup
+			watches := 0
 			f.Clientset.PrependWatchReactor("sandboxes", func(action clienttesting.Action) (bool, watch.Interface, error) {
-				restrictions := action.(clienttesting.WatchAction).GetWatchRestrictions()
-				i := len(watches)
-				watches = append(watches, restrictions.Fields.String()+" from "+restrictions.ResourceVersion)
-				w := watch.NewRaceFreeFake()
-				if i >= len(tt.watches) {
+				record("watch", action)
+				mu.Lock()
+				i := watches
+				watches++
+				mu.Unlock()
+				if i < len(tt.broken) {
+					b := tt.broken[i]
+					if b.err != nil {
+						return true, nil, b.err
+					}
+					w := watch.NewRaceFreeFake()
+					if b.event != nil {
+						w.Action(b.event.Type, b.event.Object)
+					}
+					w.Stop()
 					return true, w, nil
 				}
-				if tt.watches[i].err != nil {
-					return true, nil, tt.watches[i].err
+				w, err := tracker.Watch(cmdtesting.SandboxesResource, action.GetNamespace())
+				if err != nil || i != len(tt.broken) {
+					return true, w, err
 				}
-				for _, e := range tt.watches[i].events {
-					w.Action(e.Type, e.Object.DeepCopyObject())
-				}
-				if tt.watches[i].closed {
-					w.Stop()
-				}
+				// The controller acts once the wait watches, so that no change falls between
+				// its list and its watch.
+				changed.Go(func() {
+					for _, c := range tt.changes {
+						var err error
+						if c.sb != nil {
+							err = tracker.Update(cmdtesting.SandboxesResource, c.sb.DeepCopy(), cmdtesting.Namespace)
+						} else {
+							err = tracker.Delete(cmdtesting.SandboxesResource, cmdtesting.Namespace, c.remove)
+						}
+						if err != nil {
+							t.Errorf("change %+v: %v", c, err)
+						}
+					}
+				})
 				return true, w, nil
 			})
 
@@ -481,6 +473,7 @@ func TestWait(t *testing.T) {
 			if elapsed := time.Since(start); elapsed > 5*time.Second {
 				t.Errorf("took %s", elapsed)
 			}
+			changed.Wait()
 
 			var msg bytes.Buffer
 			if err != nil {
@@ -492,101 +485,73 @@ func TestWait(t *testing.T) {
 			if out.String() != tt.wantOut {
 				t.Errorf("output %q, want %q", out.String(), tt.wantOut)
 			}
-			if diff := cmp.Diff(tt.wantWatches, watches); diff != "" {
-				t.Errorf("watches (-want +got):\n%s", diff)
+			mu.Lock()
+			defer mu.Unlock()
+			if tt.wantWatch != (watches > 0) {
+				t.Errorf("watched %d times, want a watch: %v", watches, tt.wantWatch)
+			}
+			for _, r := range requests {
+				if !strings.HasPrefix(r, "list metadata.name=") && !strings.HasPrefix(r, "watch metadata.name=") {
+					t.Errorf("request %q is not for the one sandbox waited for", r)
+				}
 			}
 		})
 	}
 }
 
-// watchServer serves one sandbox. The first GET replies with first. A watch, if allowed,
-// streams then as events and stays open until the client leaves; if denied, the GETs of the
-// polling that follows reply with then, one each, the last repeating.
-type watchServer struct {
-	first       *sandboxv1alpha1.Sandbox
-	then        []*sandboxv1alpha1.Sandbox
-	watchDenied bool
-
-	mu       sync.Mutex
-	requests []string
-}
-
-func (s *watchServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	s.mu.Lock()
-	s.requests = append(s.requests, req.Method+" "+req.URL.Path+"?"+req.URL.RawQuery)
-	served := len(s.requests)
-	s.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	encode := func(sb *sandboxv1alpha1.Sandbox) *sandboxv1alpha1.Sandbox {
-		sb = sb.DeepCopy()
-		sb.APIVersion, sb.Kind = "sandbox.kube-sandbox.io/v1alpha1", "Sandbox"
-		return sb
-	}
-	if req.URL.Query().Get("watch") != "true" {
-		sb := s.first
-		if served > 2 && len(s.then) > 0 {
-			// Polling, after the first GET and the denied watch.
-			sb = s.then[min(served-3, len(s.then)-1)]
-		}
-		_ = json.NewEncoder(w).Encode(encode(sb))
-		return
-	}
-	if s.watchDenied {
-		status := apierrors.NewMethodNotSupported(sandboxv1alpha1.Resource("sandboxes"), "watch").Status()
-		status.APIVersion, status.Kind = "v1", "Status"
-		w.WriteHeader(http.StatusMethodNotAllowed)
-		_ = json.NewEncoder(w).Encode(status)
-		return
-	}
-	enc := json.NewEncoder(w)
-	for _, sb := range s.then {
-		_ = enc.Encode(metav1.WatchEvent{Type: string(watch.Modified), Object: runtime.RawExtension{Object: encode(sb)}})
-	}
-	w.(http.Flusher).Flush()
-	<-req.Context().Done()
-}
-
-// TestWaitOverHTTP runs wait against an HTTP server, to check the watch request the real
-// client makes and its fallback to polling.
+// TestWaitOverHTTP runs wait against the sandbox server stand-in, to check the requests the
+// real client makes: a read, then a watch of the one sandbox (its initial list streamed), and
+// a new watch when the server ends one.
 func TestWaitOverHTTP(t *testing.T) {
-	const (
-		getPath   = "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/test/sandboxes/sb?"
-		watchPath = "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/test/sandboxes?fieldSelector=metadata.name%3Dsb&resourceVersion=10&watch=true"
-	)
-	pending := sandbox("sb", "uid-sb", "10", sandboxv1alpha1.PhasePending)
-	running := sandbox("sb", "uid-sb", "11", sandboxv1alpha1.PhaseRunning)
+	const getPath = sandboxserver.Prefix + cmdtesting.Namespace + "/sandboxes/sb"
 	tests := []struct {
-		name         string
-		server       *watchServer
-		wantOut      string
-		wantErr      string
-		wantRequests []string
+		name string
+		// then is what the controller makes of the sandbox once the wait watches; endFirst
+		// has the server end the first watch instead, and change the sandbox on the next.
+		then     func(sb *sandboxv1alpha1.Sandbox)
+		endFirst bool
+		wantOut  string
+		wantErr  string
+		// wantWatches is the least number of watches.
+		wantWatches int
 	}{
 		{
-			name:         "watch",
-			server:       &watchServer{first: pending, then: []*sandboxv1alpha1.Sandbox{pending, running}},
-			wantOut:      "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantRequests: []string{getPath, watchPath},
+			name:        "watch",
+			then:        func(sb *sandboxv1alpha1.Sandbox) { sb.Status.Phase = sandboxv1alpha1.PhaseRunning },
+			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatches: 1,
 		},
 		{
-			name:         "failure seen by the watch",
-			server:       &watchServer{first: pending, then: []*sandboxv1alpha1.Sandbox{failed("sb", "11")}},
-			wantErr:      "error: sandbox \"sb\" failed: ImagePullFailed: image \"nope\" not found\n",
-			wantRequests: []string{getPath, watchPath},
+			name:        "failure seen by the watch",
+			then:        func(sb *sandboxv1alpha1.Sandbox) { *sb = *failed("sb", "") },
+			wantErr:     "error: sandbox \"sb\" failed: ImagePullFailed: image \"nope\" not found\n",
+			wantWatches: 1,
 		},
 		{
-			name:         "polling where the server cannot watch",
-			server:       &watchServer{first: pending, then: []*sandboxv1alpha1.Sandbox{pending, running}, watchDenied: true},
-			wantOut:      "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
-			wantRequests: []string{getPath, watchPath, getPath, getPath},
+			name:        "a watch the server ends is watched again",
+			then:        func(sb *sandboxv1alpha1.Sandbox) { sb.Status.Phase = sandboxv1alpha1.PhaseRunning },
+			endFirst:    true,
+			wantOut:     "sandbox.sandbox.kube-sandbox.io/sb condition met\n",
+			wantWatches: 2,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := httptest.NewServer(tt.server)
-			defer srv.Close()
+			srv := sandboxserver.New(t, cmdtesting.Namespace)
+			srv.Add(&sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sb"}, Status: sandboxv1alpha1.SandboxStatus{Phase: sandboxv1alpha1.PhasePending}})
+			var started atomic.Int32
+			srv.WatchStarted = func() {
+				switch n := started.Add(1); {
+				case n == 1 && tt.endFirst:
+					srv.EndWatches()
+				case n == 1 || (n == 2 && tt.endFirst):
+					srv.Modify("sb", tt.then)
+				}
+			}
+			f := cmdtesting.NewServerFactory(srv.URL)
+			f.RESTConfig.BearerToken = sandboxserver.UserToken
 			streams, _, out, _ := genericiooptions.NewTestIOStreams()
-			cmd := NewCmdWait(cmdtesting.NewServerFactory(srv.URL), streams)
+			cmd := NewCmdWait(f, streams)
 			cmd.SilenceErrors, cmd.SilenceUsage = true, true
 			cmd.SetArgs([]string{"sb", "--timeout=5s"})
 			err := cmd.ExecuteContext(context.Background())
@@ -601,10 +566,22 @@ func TestWaitOverHTTP(t *testing.T) {
 			if out.String() != tt.wantOut {
 				t.Errorf("output %q, want %q", out.String(), tt.wantOut)
 			}
-			tt.server.mu.Lock()
-			defer tt.server.mu.Unlock()
-			if diff := cmp.Diff(tt.wantRequests, tt.server.requests); diff != "" {
-				t.Errorf("requests (-want +got):\n%s", diff)
+			requests := srv.Requests()
+			if len(requests) == 0 || requests[0].Method != http.MethodGet || requests[0].Path != getPath {
+				t.Fatalf("requests %v, want a GET of %s first", requests, getPath)
+			}
+			watches := 0
+			for _, r := range requests[1:] {
+				q, _ := url.ParseQuery(r.RawQuery)
+				if q.Get("fieldSelector") != "metadata.name=sb" {
+					t.Errorf("%s %s?%s is not for the one sandbox", r.Method, r.Path, r.RawQuery)
+				}
+				if q.Get("watch") == "true" {
+					watches++
+				}
+			}
+			if watches < tt.wantWatches {
+				t.Errorf("%d watches, want at least %d", watches, tt.wantWatches)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -34,6 +35,8 @@ type store struct {
 	changed chan struct{}
 	// done is closed when the server stops, ending the watches.
 	done chan struct{}
+	// endWatches is closed, and replaced, by EndWatches.
+	endWatches chan struct{}
 }
 
 type storedEvent struct {
@@ -43,7 +46,7 @@ type storedEvent struct {
 }
 
 func newStore() store {
-	return store{objects: map[string]*sandboxv1alpha1.Sandbox{}, changed: make(chan struct{}), done: make(chan struct{})}
+	return store{objects: map[string]*sandboxv1alpha1.Sandbox{}, changed: make(chan struct{}), done: make(chan struct{}), endWatches: make(chan struct{})}
 }
 
 var sandboxKind = sandboxv1alpha1.SchemeGroupVersion.WithKind("Sandbox").GroupKind()
@@ -118,17 +121,27 @@ func (s *Server) Delete(name string) {
 	}
 }
 
-// serveCollection serves list, watch and create.
-func (s *Server) serveCollection(w http.ResponseWriter, req *http.Request, body []byte) {
-	switch req.Method {
-	case http.MethodGet:
-		selector, err := fields.ParseSelector(req.URL.Query().Get("fieldSelector"))
+// EndWatches ends the watches open now, as API servers end watches after a while or when they
+// restart; clients are expected to watch again.
+func (s *Server) EndWatches() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.endWatches)
+	s.endWatches = make(chan struct{})
+}
+
+// serveCollection serves list, watch and create; a list of all namespaces when
+// allNamespaces (which only list and watch).
+func (s *Server) serveCollection(w http.ResponseWriter, req *http.Request, body []byte, allNamespaces bool) {
+	switch {
+	case req.Method == http.MethodGet:
+		sel, err := parseSelector(req)
 		if err != nil {
-			writeStatus(w, apierrors.NewBadRequest(err.Error()))
+			writeStatus(w, err)
 			return
 		}
 		if q := req.URL.Query().Get("watch"); q == "true" || q == "1" {
-			s.watch(w, req, selector)
+			s.watch(w, req, sel)
 			return
 		}
 		s.mu.Lock()
@@ -136,12 +149,14 @@ func (s *Server) serveCollection(w http.ResponseWriter, req *http.Request, body 
 			TypeMeta: metav1.TypeMeta{APIVersion: sandboxv1alpha1.SchemeGroupVersion.String(), Kind: "SandboxList"},
 			ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatInt(s.rv, 10)},
 		}
-		for _, sb := range s.matching(selector) {
+		for _, sb := range s.matching(sel) {
 			list.Items = append(list.Items, *typed(sb))
 		}
 		s.mu.Unlock()
-		writeObject(w, http.StatusOK, list)
-	case http.MethodPost:
+		s.writeObjectOrTable(w, req, list.ListMeta, list.Items, list)
+	case allNamespaces:
+		writeStatus(w, apierrors.NewMethodNotSupported(sandboxv1alpha1.Resource("sandboxes"), req.Method))
+	case req.Method == http.MethodPost:
 		sb, err := decode(body, req)
 		if err != nil {
 			writeStatus(w, err)
@@ -189,7 +204,7 @@ func (s *Server) serveSandbox(w http.ResponseWriter, req *http.Request, name str
 			writeStatus(w, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes"), name))
 			return
 		}
-		writeObject(w, http.StatusOK, typed(sb))
+		s.writeObjectOrTable(w, req, metav1.ListMeta{ResourceVersion: sb.ResourceVersion}, []sandboxv1alpha1.Sandbox{*typed(sb)}, typed(sb))
 	case http.MethodPatch, http.MethodPut:
 		if s.BeforeWrite != nil {
 			s.BeforeWrite(name)
@@ -265,7 +280,7 @@ func (s *Server) update(old, sb *sandboxv1alpha1.Sandbox, req *http.Request) (*s
 // watch streams the events of the sandboxes the selector matches: from the resourceVersion
 // asked for, or with sendInitialEvents (client-go's watch-list) the current sandboxes first
 // and then a bookmark that says they are all there.
-func (s *Server) watch(w http.ResponseWriter, req *http.Request, selector fields.Selector) {
+func (s *Server) watch(w http.ResponseWriter, req *http.Request, sel selector) {
 	q := req.URL.Query()
 	initialEvents := q.Get("sendInitialEvents") == "true"
 	from := int64(-1)
@@ -279,11 +294,13 @@ func (s *Server) watch(w http.ResponseWriter, req *http.Request, selector fields
 	}
 
 	s.mu.Lock()
+	// The watches open now are the ones EndWatches ends.
+	end := s.endWatches
 	var initial []*sandboxv1alpha1.Sandbox
 	last := from
 	if from < 0 {
 		// Without a resourceVersion, a watch starts with the sandboxes as they are.
-		initial, last = s.matching(selector), s.rv
+		initial, last = s.matching(sel), s.rv
 	}
 	s.mu.Unlock()
 
@@ -331,7 +348,7 @@ func (s *Server) watch(w http.ResponseWriter, req *http.Request, selector fields
 		s.mu.Lock()
 		var pending []storedEvent
 		for _, e := range s.events {
-			if e.rv > last && selector.Matches(objectFields(e.obj)) {
+			if e.rv > last && sel.matches(e.obj) {
 				pending = append(pending, e)
 			}
 		}
@@ -351,15 +368,40 @@ func (s *Server) watch(w http.ResponseWriter, req *http.Request, selector fields
 			return
 		case <-s.done:
 			return
+		case <-end:
+			return
 		}
 	}
 }
 
+// selector is a request's field and label selectors.
+type selector struct {
+	fields fields.Selector
+	labels labels.Selector
+}
+
+// parseSelector reads the fieldSelector and labelSelector of a list or watch.
+func parseSelector(req *http.Request) (selector, *apierrors.StatusError) {
+	f, err := fields.ParseSelector(req.URL.Query().Get("fieldSelector"))
+	if err != nil {
+		return selector{}, apierrors.NewBadRequest(err.Error())
+	}
+	l, err := labels.Parse(req.URL.Query().Get("labelSelector"))
+	if err != nil {
+		return selector{}, apierrors.NewBadRequest(err.Error())
+	}
+	return selector{fields: f, labels: l}, nil
+}
+
+func (sel selector) matches(sb *sandboxv1alpha1.Sandbox) bool {
+	return sel.fields.Matches(objectFields(sb)) && sel.labels.Matches(labels.Set(sb.Labels))
+}
+
 // matching returns the stored sandboxes the selector matches, by name. The lock must be held.
-func (s *Server) matching(selector fields.Selector) []*sandboxv1alpha1.Sandbox {
+func (s *Server) matching(sel selector) []*sandboxv1alpha1.Sandbox {
 	var out []*sandboxv1alpha1.Sandbox
 	for _, sb := range s.objects {
-		if selector.Matches(objectFields(sb)) {
+		if sel.matches(sb) {
 			out = append(out, sb.DeepCopy())
 		}
 	}

@@ -1,9 +1,11 @@
 // Package sandboxserver is a stand-in for the sandbox API server in tests: the files
 // subresource is served by execd's own handler over a temporary directory, its answers typed as
 // the real server types them, the proxy subresource echoes HTTP requests and upgraded
-// connections, and the log subresource serves the task logs a test sets (see log.go). The sandboxes themselves are kept in memory (see objects.go) and served as the
-// API server does: get, list and watch, create, JSON merge patch and update, with
-// resourceVersions, generations and conflicts.
+// connections, and the log subresource serves the task logs a test sets (see log.go). The
+// sandboxes themselves are kept in memory (see objects.go) and served as the API server does:
+// get, list and watch, create, JSON merge patch and update, with resourceVersions, generations
+// and conflicts, label and field selectors, and as tables from the real server's table code
+// (see table.go).
 package sandboxserver
 
 import (
@@ -37,6 +39,10 @@ const UserToken = "user-token"
 
 // Prefix is the path of the namespaces of the sandbox API.
 const Prefix = "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/"
+
+// AllNamespacesPath is the path of the sandboxes of all namespaces: those of the server's
+// namespace, the only one it has.
+const AllNamespacesPath = "/apis/sandbox.kube-sandbox.io/v1alpha1/sandboxes"
 
 // Request is what the server received.
 type Request struct {
@@ -77,6 +83,9 @@ type Server struct {
 	AfterWrite func(sb *sandboxv1alpha1.Sandbox)
 	// WatchStarted runs when a watch has sent its initial events.
 	WatchStarted func()
+
+	// Now is the clock of the tables' AGE and EXPIRES; time.Now when nil.
+	Now func() time.Time
 
 	execd *execd.Handler
 
@@ -133,6 +142,10 @@ func (s *Server) Requests() []Request {
 func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r := Request{Method: req.Method, Path: req.URL.EscapedPath(), RawQuery: req.URL.RawQuery, Header: req.Header.Clone()}
 	rest, ok := strings.CutPrefix(req.URL.Path, Prefix+s.Namespace+"/sandboxes")
+	allNamespaces := req.URL.Path == AllNamespacesPath
+	if allNamespaces {
+		rest, ok = "", true
+	}
 	name, sub := "", ""
 	if ok && rest != "" {
 		name, rest, _ = strings.Cut(strings.TrimPrefix(rest, "/"), "/")
@@ -159,7 +172,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if name == "" {
-		s.serveCollection(w, req, r.Body)
+		s.serveCollection(w, req, r.Body, allNamespaces)
 		return
 	}
 	if !s.known(name) {
