@@ -118,3 +118,24 @@ func podReady(pod *corev1.Pod) bool {
 	}
 	return false
 }
+
+// CachedResolver finds endpoints in informer caches (the BatchSandboxes, and the pods that
+// belong to sandboxes), as metrics-server and kueue's visibility server answer from theirs:
+// an exec, a files or a proxy request then costs the kube-apiserver nothing. Only when the
+// cache does not give a usable endpoint (a sandbox or a pod made a moment ago, a pod that has
+// just become ready, or one that is really missing) does it read both from the kube-apiserver,
+// a consistent read, and answer from that.
+type CachedResolver struct {
+	Cache  client.Reader
+	Direct client.Reader
+}
+
+var _ Resolver = &CachedResolver{}
+
+// Resolve implements Resolver.
+func (r *CachedResolver) Resolve(ctx context.Context, namespace, name string, replica int32) (*Endpoint, error) {
+	if ep, err := (&KubeResolver{Client: r.Cache}).Resolve(ctx, namespace, name, replica); err == nil {
+		return ep, nil
+	}
+	return (&KubeResolver{Client: r.Direct}).Resolve(ctx, namespace, name, replica)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -33,6 +34,12 @@ import (
 // Options are the flags of sandbox-apiserver.
 type Options struct {
 	RecommendedOptions *genericoptions.RecommendedOptions
+	// ServerRun holds the generic server's run options: among them the graceful shutdown
+	// (--shutdown-delay-duration, --shutdown-send-retry-after), which a rolling restart
+	// without failed requests needs.
+	ServerRun *genericoptions.ServerRunOptions
+	// StreamDrainTimeout bounds how long a stopping server waits for open streams.
+	StreamDrainTimeout time.Duration
 	Logs               *logsapi.LoggingConfiguration
 	// MaxSandboxTimeout bounds spec.timeoutSeconds and renewals.
 	MaxSandboxTimeout time.Duration
@@ -56,6 +63,8 @@ type Options struct {
 func NewOptions() *Options {
 	o := &Options{
 		RecommendedOptions:         genericoptions.NewRecommendedOptions("", Codecs.LegacyCodec(sandboxv1alpha1.SchemeGroupVersion)),
+		ServerRun:                  genericoptions.NewServerRunOptions(),
+		StreamDrainTimeout:         50 * time.Second,
 		Logs:                       logsapi.NewLoggingConfiguration(),
 		MaxSandboxTimeout:          24 * time.Hour,
 		MaxUploadBytes:             1 << 30,
@@ -76,6 +85,7 @@ func NewOptions() *Options {
 func (o *Options) Flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
 	o.RecommendedOptions.SecureServing.AddFlags(fss.FlagSet("secure serving"))
+	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
 	o.RecommendedOptions.Authentication.AddFlags(fss.FlagSet("authentication"))
 	o.RecommendedOptions.Authorization.AddFlags(fss.FlagSet("authorization"))
 	o.RecommendedOptions.Audit.AddFlags(fss.FlagSet("auditing"))
@@ -84,6 +94,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	fss.FlagSet("sandboxes").DurationVar(&o.MaxSandboxTimeout, "max-sandbox-timeout", o.MaxSandboxTimeout,
 		"The longest lifetime a sandbox may ask for (spec.timeoutSeconds), and how far ahead a renewal may move its expiry. 0: no maximum.")
+	fss.FlagSet("generic").DurationVar(&o.StreamDrainTimeout, "stream-drain-timeout", o.StreamDrainTimeout,
+		"How long a stopping server waits for open exec, files, proxy and log streams to end, after it stopped taking requests; keep it below the pod's termination grace period minus --shutdown-delay-duration.")
 	fss.FlagSet("sandboxes").Int64Var(&o.MaxUploadBytes, "max-upload-bytes", o.MaxUploadBytes,
 		"The largest file an upload through the files subresource may write (413 past it). 0: only sandbox-execd's own limit.")
 	fss.FlagSet("sandboxes").StringVar(&o.PodSecurityLevel, "pod-security-level", o.PodSecurityLevel,
@@ -106,7 +118,7 @@ func (o *Options) Complete() error {
 
 // Validate checks the options.
 func (o *Options) Validate() error {
-	errs := o.RecommendedOptions.Validate()
+	errs := append(o.RecommendedOptions.Validate(), o.ServerRun.Validate()...)
 	if o.MaxSandboxTimeout != 0 && o.MaxSandboxTimeout < sandboxregistry.MinTimeoutSeconds*time.Second {
 		errs = append(errs, fmt.Errorf("--max-sandbox-timeout must be 0 or at least %ds", sandboxregistry.MinTimeoutSeconds))
 	}
@@ -147,6 +159,13 @@ func (o *Options) Config() (*Config, error) {
 	serverConfig.OpenAPIV3Config.Info.Title = "kube-sandbox"
 	serverConfig.OpenAPIV3Config.Info.Version = sandboxv1alpha1.SchemeGroupVersion.Version
 
+	if err := o.ServerRun.ApplyTo(&serverConfig.Config); err != nil {
+		return nil, err
+	}
+	streams := newInFlight()
+	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+		return genericapiserver.DefaultBuildHandlerChain(streams.track(h), c)
+	}
 	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
 		return nil, err
 	}
@@ -163,6 +182,8 @@ func (o *Options) Config() (*Config, error) {
 		return nil, err
 	}
 	return &Config{
+		streams:       streams,
+		drainTimeout:  o.StreamDrainTimeout,
 		GenericConfig: serverConfig,
 		ExtraConfig: ExtraConfig{
 			BackendConfig:              serverConfig.ClientConfig,
@@ -196,7 +217,10 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	config.ExtraConfig.Credentials.Start(ctx, kube, credentialsWait)
-	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+	err = server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+	// The listener is closed and short requests are done; streams may still run.
+	config.streams.wait(config.drainTimeout)
+	return err
 }
 
 // NewCommand returns the sandbox-apiserver command.

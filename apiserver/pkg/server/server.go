@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -47,6 +48,9 @@ type ExtraConfig struct {
 
 // Config is the configuration of sandbox-apiserver.
 type Config struct {
+	// streams counts the requests in progress, for the drain after shutdown (drain.go).
+	streams       *inFlight
+	drainTimeout  time.Duration
 	GenericConfig *genericapiserver.RecommendedConfig
 	ExtraConfig   ExtraConfig
 }
@@ -101,20 +105,30 @@ func (c completedConfig) New() (*SandboxServer, error) {
 		return nil, fmt.Errorf("backend client: %w", err)
 	}
 
-	// Namespaces (their pod security labels) and Pools, read on every create, from a cache.
-	informers, err := cache.New(backendConfig, cache.Options{Scheme: backendScheme})
+	// From caches: namespaces (their pod security labels) and Pools, read on every create;
+	// BatchSandboxes and the pods of sandboxes (only those: label-filtered), which exec,
+	// files, proxy and log find their pod in. The server is ready once they have synced.
+	sandboxPods, err := labels.Parse(controlv1alpha1.LabelBatchSandbox)
+	if err != nil {
+		return nil, err
+	}
+	informers, err := cache.New(backendConfig, cache.Options{
+		Scheme:           backendScheme,
+		ByObject:         map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: sandboxPods}},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
 	genericServer.AddPostStartHookOrDie("sandbox-informers", func(ctx genericapiserver.PostStartHookContext) error {
-		for _, obj := range []client.Object{&corev1.Namespace{}, &controlv1alpha1.Pool{}} {
+		for _, obj := range []client.Object{&corev1.Namespace{}, &controlv1alpha1.Pool{}, &controlv1alpha1.BatchSandbox{}, &corev1.Pod{}} {
 			if _, err := informers.GetInformer(ctx, obj); err != nil {
 				return err
 			}
 		}
 		go func() { _ = informers.Start(ctx) }()
 		if !informers.WaitForCacheSync(ctx) {
-			return errors.New("the caches of namespaces and pools did not sync")
+			return errors.New("the caches of namespaces, pools, sandboxes and their pods did not sync")
 		}
 		return nil
 	})
@@ -133,7 +147,7 @@ func (c completedConfig) New() (*SandboxServer, error) {
 		return nil, fmt.Errorf("no credentials for sandbox-execd")
 	}
 	access := sandboxregistry.Access{
-		Resolver:       &sandboxconn.KubeResolver{Client: backend},
+		Resolver:       &sandboxconn.CachedResolver{Cache: informers, Direct: backend},
 		Authorizer:     c.GenericConfig.Authorization.Authorizer,
 		Transport:      execdclient.NewTransport(creds, execdclient.Options{ResponseHeaderTimeout: c.ExtraConfig.FilesResponseHeaderTimeout, MaxIdleConnsPerHost: 4}),
 		ProxyTransport: execdclient.NewTransport(creds, execdclient.Options{ResponseHeaderTimeout: c.ExtraConfig.ProxyResponseHeaderTimeout, MaxIdleConnsPerHost: 4}),
