@@ -83,12 +83,25 @@ func (b *bench) pools(ctx context.Context) error {
 	fmt.Println("| measurement | p50 | p90 | p99 | max |")
 	fmt.Println("|---|---|---|---|---|")
 
+	costBefore, costErr := b.apiRequests(ctx)
 	seq, seqPhases, names, err := pb.warm(ctx, "seq", 1)
 	if err != nil {
 		return fmt.Errorf("sequential warm: %w", err)
 	}
+	costAfter, err := b.apiRequests(ctx)
+	if costErr == nil {
+		costErr = err
+	}
 	printRow(fmt.Sprintf("warm, sequential (%d)", len(seq)), seq)
 	printBreakdown(seqPhases)
+	// Printed at the end of the pools part, after its tables.
+	defer func() {
+		if costErr != nil {
+			fmt.Printf("\nAPI cost: skipped: %v\n", costErr)
+			return
+		}
+		printAPICost(costBefore, costAfter, len(seq))
+	}()
 	if err := pb.deleteAll(ctx, names); err != nil {
 		return err
 	}
