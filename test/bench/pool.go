@@ -241,7 +241,9 @@ func (pb *poolBench) waitPoolFull(ctx context.Context) error {
 			}
 			settled := true
 			for _, p := range pods.Items {
-				if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+				if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !podReady(&p) {
+					// (A pod that runs but is not ready yet still changes: the idle phase
+					// would count its readiness as work.)
 					settled = false
 				}
 			}
@@ -564,4 +566,13 @@ func (pb *poolBench) batch(ctx context.Context) error {
 			return fmt.Errorf("batch not ready after 5m")
 		}
 	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
