@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -72,6 +73,13 @@ func run(ctx context.Context) error {
 	}
 	if b.sandboxes, err = sandboxclient.NewForConfig(cfg); err != nil {
 		return err
+	}
+	if *metricsURL == "" {
+		if u, err := b.leaderMetricsURL(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: the controller's metrics: %v\n", err)
+		} else {
+			*metricsURL = u
+		}
 	}
 	if *only == "pools" || *only == "tasks" {
 		return b.pools(ctx)
@@ -333,3 +341,24 @@ func quantile(d []time.Duration, q float64) time.Duration {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+// leaderMetricsURL is the metrics endpoint of the sandbox-controller pod that holds the lease:
+// the one that reconciles.
+func (b *bench) leaderMetricsURL(ctx context.Context) (string, error) {
+	lease, err := b.kube.CoordinationV1().Leases("kube-sandbox-system").Get(ctx, "sandbox-controller.control.kube-sandbox.io", metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		return "", fmt.Errorf("no leader holds the lease")
+	}
+	podName, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
+	pod, err := b.kube.CoreV1().Pods("kube-sandbox-system").Get(ctx, podName, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if pod.Status.PodIP == "" {
+		return "", fmt.Errorf("pod %s has no IP", podName)
+	}
+	return "http://" + net.JoinHostPort(pod.Status.PodIP, "8080") + "/metrics", nil
+}

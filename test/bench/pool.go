@@ -38,7 +38,7 @@ var (
 	coldRuns      = flag.Int("cold-runs", 10, "direct-mode sandboxes for the cold baseline")
 	batchReplicas = flag.Int("batch-replicas", 100, "replicas of the pooled batch")
 	idleSeconds   = flag.Int("idle-seconds", 60, "how long the idle sandboxes are watched")
-	metricsURL    = flag.String("controller-metrics", "http://127.0.0.1:9442/metrics", "sandbox-controller's metrics endpoint")
+	metricsURL    = flag.String("controller-metrics", "", "sandbox-controller's metrics endpoint (default: :8080/metrics of the pod that holds the leader lease)")
 )
 
 // poolBench measures warm allocation: sandboxes from a pool against direct-mode (cold) ones,
@@ -409,6 +409,9 @@ func (pb *poolBench) deleteAll(ctx context.Context, names []string) error {
 
 // controllerMetrics reads reconcile counts per controller and API requests per verb.
 func controllerMetrics(ctx context.Context) (map[string]float64, error) {
+	if *metricsURL == "" {
+		return nil, fmt.Errorf("no controller metrics endpoint: -controller-metrics is empty and the leader was not found")
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *metricsURL, nil)
 	if err != nil {
 		return nil, err

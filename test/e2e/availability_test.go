@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,4 +78,100 @@ func TestAPIServerRollingRestart(t *testing.T) {
 	for _, f := range failures {
 		t.Error(f)
 	}
+}
+
+// TestControllerRollingRestart: a rolling restart of sandbox-controller starts the new pod
+// first; the old one hands its lease over as it stops and the new one takes it. Sandboxes
+// created meanwhile all get a pod of the pool, none the same.
+func TestControllerRollingRestart(t *testing.T) {
+	ns := newNamespace(t)
+	applyPool(t, ns, "py", 8, 8, 30)
+	waitPoolFull(t, ns, "py", 8, 0, 3*time.Minute)
+	t.Cleanup(func() {
+		if r := kubectl(t, "-n", controllerNamespace, "rollout", "status", "deploy/sandbox-controller", "--timeout=3m"); r.code != 0 {
+			t.Errorf("the controller did not come back: %s%s", r.stdout, r.stderr)
+		}
+	})
+	// Every change of the lease, as it happens.
+	lease := exec.Command("kubectl", "-n", controllerNamespace, "get", "lease", "sandbox-controller.control.kube-sandbox.io", "-w",
+		"-o", `jsonpath={.spec.holderIdentity}{" "}{.spec.renewTime}{" "}{.spec.acquireTime}{"\n"}`)
+	var leaseOut bytes.Buffer
+	lease.Stdout = &leaseOut
+	if err := lease.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range 6 {
+			name := fmt.Sprintf("during-%d", i)
+			names = append(names, name)
+			if r := runDetached("kubectl", "sandbox", "-n", ns, "create", name, "--pool", "py"); r.code != 0 {
+				t.Errorf("create %s: exit %d: %s", name, r.code, r.stderr)
+			}
+			time.Sleep(700 * time.Millisecond)
+		}
+	})
+	time.Sleep(time.Second)
+	mustKubectl(t, "-n", controllerNamespace, "rollout", "restart", "deploy/sandbox-controller")
+	mustKubectl(t, "-n", controllerNamespace, "rollout", "status", "deploy/sandbox-controller", "--timeout=3m")
+	wg.Wait()
+	waitSandboxRunning(t, ns, 2*time.Minute, names...)
+	waitFor(t, "the old controller pod gone", 2*time.Minute, func() (bool, string) {
+		out := kubectl(t, "-n", controllerNamespace, "get", "pods", "-l", controllerSelector, "-o", "name").stdout
+		return len(strings.Fields(out)) == 1, out
+	})
+	time.Sleep(time.Second)
+	_ = lease.Process.Kill()
+	_ = lease.Wait()
+
+	gap, holder, ok := takeOver(leaseOut.String())
+	if !ok {
+		t.Fatalf("no release and take-over of the lease in:\n%s", leaseOut.String())
+	}
+	t.Logf("lease released by the old leader and taken by %s %.3fs later", holder, gap.Seconds())
+	owners := map[string]string{}
+	for _, name := range names {
+		s := getSandbox(t, ns, name)
+		pod := s.pod(0).Name
+		if prev, ok := owners[pod]; ok {
+			t.Errorf("pod %s given to %s and %s", pod, prev, name)
+		}
+		owners[pod] = name
+		if p := getPod(t, ns, pod); p.Metadata.Labels["control.kube-sandbox.io/batchsandbox"] != name {
+			t.Errorf("pod %s of %s is labelled for %q", pod, name, p.Metadata.Labels["control.kube-sandbox.io/batchsandbox"])
+		}
+	}
+}
+
+// takeOver reads the lease's changes (holder, renewTime, acquireTime per line, the holder
+// empty once released) and returns the first hand-over: from the release (its renewTime) to
+// the next holder's acquireTime.
+func takeOver(changes string) (time.Duration, string, bool) {
+	var released time.Time
+	seenHolder := false
+	for _, line := range strings.Split(strings.TrimSpace(changes), "\n") {
+		f := strings.Fields(line)
+		holder := ""
+		if len(f) == 3 {
+			holder, f = f[0], f[1:]
+		}
+		if len(f) != 2 {
+			continue
+		}
+		renew, err1 := time.Parse(time.RFC3339Nano, f[0])
+		acquire, err2 := time.Parse(time.RFC3339Nano, f[1])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		switch {
+		case holder != "" && !released.IsZero():
+			return acquire.Sub(released), holder, true
+		case holder != "":
+			seenHolder = true
+		case seenHolder:
+			released = renew
+		}
+	}
+	return 0, "", false
 }

@@ -44,8 +44,10 @@ import (
 
 // Options are the flags of sandbox-controller.
 type Options struct {
-	MetricsAddr      string
-	ProbeAddr        string
+	MetricsAddr string
+	ProbeAddr   string
+	// PprofAddr serves net/http/pprof (CPU and heap profiles); "" or "0": off.
+	PprofAddr        string
 	LeaderElect      bool
 	LeaderElectionNS string
 	ExecdImage       string
@@ -124,6 +126,7 @@ func defaultNamespace() string {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "Address of the Prometheus metrics endpoint (reconcile counts and latencies); \"0\" turns it off.")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "Address of the /healthz and /readyz endpoints.")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of net/http/pprof (/debug/pprof/: CPU and heap profiles), for finding where the time goes; off by default.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader so that only one of several replicas reconciles.")
 	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", o.LeaderElectionNS, "Namespace of the leader election lease (default: the pod's namespace).")
 	fs.StringVar(&o.ExecdImage, "execd-image", o.ExecdImage, "Image holding /usr/local/bin/sandbox-execd, copied into every sandbox pod by an init container (required).")
@@ -200,6 +203,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Scheme:                  Scheme,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  o.ProbeAddr,
+		PprofBindAddress:        o.PprofAddr,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "sandbox-controller.control.kube-sandbox.io",
 		LeaderElectionNamespace: o.LeaderElectionNS,
