@@ -2,10 +2,8 @@ package execd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -175,30 +173,11 @@ func (h *Handler) claim(cr *execdapi.ClaimRequest) (execdapi.ClaimResponse, stri
 
 // decodeClaim reads the request body; on error it also returns the status code to answer with.
 func decodeClaim(w http.ResponseWriter, req *http.Request) (*execdapi.ClaimRequest, int, error) {
-	body := http.MaxBytesReader(w, req.Body, MaxClaimBytes)
-	dec := json.NewDecoder(body)
 	cr := &execdapi.ClaimRequest{}
-	err := dec.Decode(cr)
-	if err == nil {
-		// One object and nothing after it, or the body is not what the client meant.
-		if _, tokErr := dec.Token(); !errors.Is(tokErr, io.EOF) {
-			err = errors.New("unexpected data after the JSON object")
-			if tokErr != nil {
-				err = tokErr
-			}
-		}
+	if code, err := decodeJSONBody(w, req, MaxClaimBytes, cr, "a JSON claim"); err != nil {
+		return nil, code, err
 	}
-	var tooLarge *http.MaxBytesError
-	switch {
-	case err == nil:
-		return cr, 0, nil
-	case errors.As(err, &tooLarge):
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the body exceeds %d bytes", MaxClaimBytes)
-	case errors.Is(err, io.EOF):
-		return nil, http.StatusBadRequest, errors.New("the body is empty, want a JSON claim")
-	default:
-		return nil, http.StatusBadRequest, fmt.Errorf("the body is not a JSON claim: %w", err)
-	}
+	return cr, 0, nil
 }
 
 // validateClaim reports every problem with a claim at once. Its messages never include env

@@ -756,7 +756,7 @@ func (h *Handler) serveTaskStart(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	tr := &execdapi.TaskRequest{}
-	if code, err := decodeJSONBody(w, req, maxTaskRequestBytes, tr); err != nil {
+	if code, err := decodeJSONBody(w, req, maxTaskRequestBytes, tr, "a JSON task"); err != nil {
 		http.Error(w, "invalid task: "+err.Error(), code)
 		return
 	}
@@ -877,9 +877,10 @@ func (h *Handler) beginSession(req *http.Request) (ctx context.Context, done fun
 	}, true
 }
 
-// decodeJSONBody decodes one JSON object of at most limit bytes from the body into v; on
-// error it also returns the status code to answer with.
-func decodeJSONBody(w http.ResponseWriter, req *http.Request, limit int64, v any) (int, error) {
+// decodeJSONBody decodes one JSON object of at most limit bytes from the body into v (what
+// names it in errors: "a JSON claim"); on error it also returns the status code to answer
+// with. Claims and tasks use it.
+func decodeJSONBody(w http.ResponseWriter, req *http.Request, limit int64, v any, what string) (int, error) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, limit))
 	err := dec.Decode(v)
 	if err == nil {
@@ -898,9 +899,9 @@ func decodeJSONBody(w http.ResponseWriter, req *http.Request, limit int64, v any
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge, fmt.Errorf("the body exceeds %d bytes", limit)
 	case errors.Is(err, io.EOF):
-		return http.StatusBadRequest, errors.New("the body is empty, want a JSON object")
+		return http.StatusBadRequest, fmt.Errorf("the body is empty, want %s", what)
 	default:
-		return http.StatusBadRequest, fmt.Errorf("the body is not JSON of the expected shape: %w", err)
+		return http.StatusBadRequest, fmt.Errorf("the body is not %s: %w", what, err)
 	}
 }
 
