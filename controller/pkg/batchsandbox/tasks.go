@@ -126,15 +126,17 @@ func (r *Reconciler) reconcileTasks(ctx context.Context, bs *controlv1alpha1.Bat
 	var starts []start
 	for i := int32(0); i < desired; i++ {
 		prev := taskStatusOf(bs, i)
+		if prev != nil && prev.Phase.Final() {
+			// Ended for good: nothing to apply a patch for, nothing to watch.
+			res.tasks[i] = *prev
+			continue
+		}
 		task, err := shard.TaskOf(bs, i)
 		if err != nil {
 			// sandbox-apiserver refuses such a patch; a BatchSandbox written directly may have it.
-			st := controlv1alpha1.TaskStatus{Replica: i, Phase: controlv1alpha1.TaskFailed, Reason: controlv1alpha1.ReasonTaskStartFailed,
-				Message: fmt.Sprintf("spec.shardTaskPatches[%d]: %v", i, err)}
-			if prev != nil && prev.Phase.Final() {
-				st = *prev
-			}
-			res.tasks[i] = st
+			t := metav1.NewTime(now)
+			res.tasks[i] = controlv1alpha1.TaskStatus{Replica: i, Phase: controlv1alpha1.TaskFailed, Reason: controlv1alpha1.ReasonTaskStartFailed,
+				Message: fmt.Sprintf("spec.shardTaskPatches[%d]: %v", i, err), FinishTime: &t}
 			continue
 		}
 		obs := tasks.Observation{}
@@ -143,14 +145,12 @@ func (r *Reconciler) reconcileTasks(ctx context.Context, bs *controlv1alpha1.Bat
 			obs.Pod, obs.PodUID = p.Name, string(p.UID)
 			rid, ok := claimed[i]
 			obs.Usable = ok && rid != "" && rid == sandboxpod.RuntimeID(p)
-			if prev == nil || !prev.Phase.Final() {
-				if obs.Usable || prev != nil && prev.PodUID == string(p.UID) {
-					// A pod whose task may run: hear what it does.
-					r.Tasks.Ensure(p, key, uid)
-					keep[p.UID] = true
-				}
-				obs.Contact, _ = r.Tasks.Contact(p.UID)
+			if obs.Usable || prev != nil && prev.PodUID == string(p.UID) {
+				// A pod whose task may run: hear what it does.
+				r.Tasks.Ensure(p, key, uid)
+				keep[p.UID] = true
 			}
+			obs.Contact, _ = r.Tasks.Contact(p.UID)
 		}
 		st, act := tasks.Next(prev, i, uid, obs, tasks.PolicyOf(task), now)
 		res.tasks[i] = st
