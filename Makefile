@@ -18,7 +18,8 @@ help: ## Show the targets.
 build: ## Build all binaries into _output/bin.
 	@mkdir -p $(BIN)
 	$(GO_BUILD) -o $(BIN)/ ./apiserver/cmd/sandbox-apiserver ./controller/cmd/sandbox-controller \
-		./sidecars/cmd/sandbox-execd ./sidecars/cmd/sandbox-egress ./plugin/cmd/kubectl-sandbox
+		./sidecars/cmd/sandbox-execd ./sidecars/cmd/sandbox-egress ./sidecars/cmd/sandbox-snapshotter \
+		./plugin/cmd/kubectl-sandbox
 
 .PHONY: up
 up: build ## Bring up a real local cluster with kube-sandbox installed (needs root).
@@ -51,6 +52,10 @@ test-e2e: ## End-to-end tests on the real local cluster (brings it up when it is
 .PHONY: bench
 bench: build ## Benchmarks on the local cluster (a markdown table; figures, not assertions).
 	hack/bench.sh
+
+.PHONY: bench-scale
+bench-scale: ## 10,000 sandboxes and a 2,000-pod pool on simulated nodes (own control plane; ARGS= passes flags).
+	hack/bench-scale.sh $(ARGS)
 
 .PHONY: verify
 verify: ## Check formatting, vet, go.mod tidiness and that generated code is up to date.
