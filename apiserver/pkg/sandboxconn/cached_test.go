@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 )
 
 // countingReader counts the reads that reach it.
@@ -69,5 +70,27 @@ func TestCachedResolver(t *testing.T) {
 	_, err = (&CachedResolver{Cache: reader(t), Direct: reader(t)}).Resolve(ctx, "ns", "s", 0)
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("Resolve() of a missing sandbox = %v, want 404", err)
+	}
+}
+
+// TestSlimPod: a pod as the cache keeps it (sandboxpod.Slim: no spec but its container names,
+// no managedFields) resolves as the whole pod does, from the cache alone.
+func TestSlimPod(t *testing.T) {
+	objs := readyObjects("10.0.0.3")
+	pod := objs[1].(*corev1.Pod)
+	pod.Spec.Containers = []corev1.Container{{Name: "sandbox", Image: "python:3.11", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}}
+	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+	slimmed, err := sandboxpod.Slim(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := slimmed.(*corev1.Pod)
+	if slim.Spec.Containers[0].Image != "" || slim.ManagedFields != nil || len(pod.Spec.Containers) != 1 {
+		t.Errorf("slim pod keeps spec %+v, managedFields %v (and the original lost its spec: %v)", slim.Spec, slim.ManagedFields, len(pod.Spec.Containers) == 0)
+	}
+	cache := reader(t, objs[0], slim)
+	ep, err := (&CachedResolver{Cache: cache, Direct: reader(t)}).Resolve(t.Context(), "ns", "s", 0)
+	if err != nil || ep.Target.PodIP != "10.0.0.3" || ep.Target.PodUID != "pod-uid" || ep.Pod != "s-0" {
+		t.Fatalf("Resolve() from slim pods = %+v, %v", ep, err)
 	}
 }

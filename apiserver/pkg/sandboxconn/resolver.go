@@ -71,6 +71,10 @@ func (r *KubeResolver) Resolve(ctx context.Context, namespace, name string, repl
 			podName, podReadyInStatus = p.Name, p.Ready
 		}
 	}
+	if podName == "" && bs.Spec.Paused {
+		// No retry helps: only a resume brings a pod back.
+		return nil, apierrors.NewConflict(sandboxResource, name, fmt.Errorf("the sandbox is paused (phase %s): resume it (spec.paused false) to use it", phaseOf(bs)))
+	}
 	if podName == "" {
 		return nil, notReady(fmt.Sprintf("replica %d has no pod yet (phase %s)", replica, phaseOf(bs)))
 	}

@@ -174,6 +174,15 @@ func TestResolve(t *testing.T) {
 			wantMessage: []string{`sandbox "demo" is not ready`, "replica 0 has no pod yet (phase Pending)"},
 		},
 		{
+			name: "a paused sandbox",
+			modify: func(w *world) {
+				w.bs.Spec.Paused = true
+				w.bs.Status = controlv1alpha1.BatchSandboxStatus{Phase: controlv1alpha1.PhasePaused}
+			},
+			wantErr:     &apitesting.APIErr{Code: http.StatusConflict, Reason: metav1.StatusReasonConflict, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "demo"},
+			wantMessage: []string{"the sandbox is paused (phase Paused): resume it"},
+		},
+		{
 			name: "no phase in the status reads Pending",
 			modify: func(w *world) {
 				w.bs.Status = controlv1alpha1.BatchSandboxStatus{}

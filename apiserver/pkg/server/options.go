@@ -47,6 +47,11 @@ type Options struct {
 	MaxUploadBytes int64
 	// PodSecurityLevel is the platform's pod security level for sandbox templates.
 	PodSecurityLevel string
+	// SnapshotRegistry (host:port) holds the snapshots of paused sandboxes: no template may
+	// name an image there.
+	SnapshotRegistry string
+	// PauseStopsExpiry moves a resumed sandbox's expiry forward by the time it was Paused.
+	PauseStopsExpiry bool
 	// PKISecret (NAMESPACE/NAME) holds this server's certificate and the kube-sandbox CA.
 	PKISecret string
 	// ServePKISecret serves the certificate of PKISecret rather than --tls-cert-file.
@@ -100,6 +105,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"The largest file an upload through the files subresource may write (413 past it). 0: only sandbox-execd's own limit.")
 	fss.FlagSet("sandboxes").StringVar(&o.PodSecurityLevel, "pod-security-level", o.PodSecurityLevel,
 		"The pod security level (privileged, baseline or restricted, optionally :VERSION) a sandbox's template is held to, or its namespace's pod-security.kubernetes.io/enforce level where that is stricter. A template that needs more, or that uses a service account, a token, a Secret, a ConfigMap or a volume of the namespace, needs its creator to be allowed to create pods in the namespace.")
+	fss.FlagSet("sandboxes").StringVar(&o.SnapshotRegistry, "snapshot-registry", o.SnapshotRegistry,
+		"The registry (host:port) of the snapshots of paused sandboxes, which nodes pull with credentials of their own: a template that names an image there is refused (422), whoever creates it. Keep it equal to sandbox-controller's.")
+	fss.FlagSet("sandboxes").BoolVar(&o.PauseStopsExpiry, "pause-stops-expiry", o.PauseStopsExpiry,
+		"A sandbox's clock stops while it is Paused: resuming it moves its expiry forward by the time it was Paused. false (the default): a paused sandbox keeps its expiry, and expires paused. Keep it equal to sandbox-controller's.")
 	fss.FlagSet("sandboxes").DurationVar(&o.FilesResponseHeaderTimeout, "files-response-header-timeout", o.FilesResponseHeaderTimeout,
 		"How long a files request waits for sandbox-execd to start its answer (504 after).")
 	fss.FlagSet("sandboxes").DurationVar(&o.ProxyResponseHeaderTimeout, "proxy-response-header-timeout", o.ProxyResponseHeaderTimeout,
@@ -187,9 +196,10 @@ func (o *Options) Config() (*Config, error) {
 		GenericConfig: serverConfig,
 		ExtraConfig: ExtraConfig{
 			BackendConfig:              serverConfig.ClientConfig,
-			Limits:                     sandboxregistry.Limits{MaxTimeout: o.MaxSandboxTimeout},
+			Limits:                     sandboxregistry.Limits{MaxTimeout: o.MaxSandboxTimeout, PauseStopsExpiry: o.PauseStopsExpiry},
 			MaxUploadBytes:             o.MaxUploadBytes,
 			PodSecurityLevel:           level,
+			SnapshotRegistry:           o.SnapshotRegistry,
 			Credentials:                creds,
 			FilesResponseHeaderTimeout: o.FilesResponseHeaderTimeout,
 			ProxyResponseHeaderTimeout: o.ProxyResponseHeaderTimeout,

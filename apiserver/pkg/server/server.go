@@ -25,6 +25,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
 
@@ -38,6 +39,8 @@ type ExtraConfig struct {
 	MaxUploadBytes int64
 	// PodSecurityLevel is the platform's pod security level for templates.
 	PodSecurityLevel api.LevelVersion
+	// SnapshotRegistry holds the snapshots of paused sandboxes (admission.Checker's).
+	SnapshotRegistry string
 	// Credentials are what this server presents to execd and trusts of it.
 	Credentials *sandboxconn.Credentials
 	// FilesResponseHeaderTimeout and ProxyResponseHeaderTimeout bound the wait for a
@@ -114,7 +117,7 @@ func (c completedConfig) New() (*SandboxServer, error) {
 	}
 	informers, err := cache.New(backendConfig, cache.Options{
 		Scheme:           backendScheme,
-		ByObject:         map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: sandboxPods}},
+		ByObject:         map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: sandboxPods, Transform: sandboxpod.Slim}},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
 	if err != nil {
@@ -136,7 +139,8 @@ func (c completedConfig) New() (*SandboxServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	admitter := &sandboxregistry.Admitter{Checker: checker, Reader: informers, Authorizer: c.GenericConfig.Authorization.Authorizer}
+	checker.SnapshotRegistry = c.ExtraConfig.SnapshotRegistry
+	admitter := &sandboxregistry.Admitter{Checker: checker, Reader: sandboxregistry.CacheFirst{Cache: informers, Direct: backend}, Authorizer: c.GenericConfig.Authorization.Authorizer}
 
 	clk := clock.RealClock{}
 	limits := c.ExtraConfig.Limits

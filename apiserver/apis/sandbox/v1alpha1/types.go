@@ -14,6 +14,14 @@ const (
 	PhasePending SandboxPhase = "Pending"
 	// PhaseRunning: every replica has a ready pod.
 	PhaseRunning SandboxPhase = "Running"
+	// PhasePausing: spec.paused is set and some replica's pod is still there, being
+	// snapshotted or deleted after its snapshot.
+	PhasePausing SandboxPhase = "Pausing"
+	// PhasePaused: every replica's filesystem is in a snapshot and no pod is left.
+	PhasePaused SandboxPhase = "Paused"
+	// PhaseResuming: spec.paused was cleared and the pods made from the snapshots are not all
+	// ready yet.
+	PhaseResuming SandboxPhase = "Resuming"
 	// PhaseSucceeded: every replica's task has ended, and all succeeded.
 	PhaseSucceeded SandboxPhase = "Succeeded"
 	// PhaseFailed: a replica cannot run (its pod failed or could not be created), or every
@@ -102,6 +110,19 @@ type SandboxSpec struct {
 	// its pool's recycleStrategy) and the replica counts as done. Mutable.
 	// +optional
 	TaskResourcePolicyWhenCompleted string `json:"taskResourcePolicyWhenCompleted,omitempty"`
+
+	// paused: true snapshots each replica's filesystem into an image in the platform's
+	// snapshot registry and deletes its pods (phase Pausing, then Paused); false again brings
+	// the same sandbox back (Resuming, then Running) with new pods made from the snapshots (a
+	// pooled sandbox's from its pool's template, as pods of its own). Kept: the sandbox
+	// container's filesystem, apart from volumes and the virtual filesystems (/proc, /sys,
+	// /dev); the name, labels, spec, network policy and the identity exec, files and proxy
+	// use. Not kept: processes and memory; the entrypoint starts again on resume. A paused
+	// sandbox keeps its expiry (unless the platform says otherwise); an expired or deleted
+	// one takes its snapshots with it. A sandbox with a taskTemplate cannot pause. Needs
+	// `update` on sandboxes.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
 }
 
 // SandboxTaskTemplate is the task of each replica.
@@ -270,8 +291,8 @@ type SandboxStatus struct {
 	// observedGeneration is the generation the status was computed for.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// phase summarizes the state of the sandbox: Pending, Running, Failed, Expired or
-	// Terminating.
+	// phase summarizes the state of the sandbox: Pending, Running, Pausing, Paused, Resuming,
+	// Succeeded, Failed, Expired or Terminating.
 	// +optional
 	Phase SandboxPhase `json:"phase,omitempty"`
 	// expiresAt is when the sandbox will be deleted, unless renewed. Absent: never.
@@ -312,6 +333,35 @@ type SandboxStatus struct {
 	// +listType=map
 	// +listMapKey=replica
 	Tasks []SandboxTaskStatus `json:"tasks,omitempty"`
+	// snapshots lists the replicas' snapshots from the last pause, by replica index; the
+	// replicas' pods are made from them from then on.
+	// +optional
+	// +listType=map
+	// +listMapKey=replica
+	Snapshots []SandboxSnapshotStatus `json:"snapshots,omitempty"`
+}
+
+// SandboxSnapshotStatus is a replica's filesystem as it was when the sandbox paused.
+type SandboxSnapshotStatus struct {
+	// replica is the index of the replica.
+	Replica int32 `json:"replica"`
+	// image is the snapshot's reference by digest (REGISTRY/REPOSITORY@sha256:...).
+	Image string `json:"image"`
+	// digest of the image's manifest.
+	Digest string `json:"digest"`
+	// size of the image (manifest, config and all layers), in bytes.
+	// +optional
+	Size int64 `json:"size,omitempty"`
+	// layerSize is the size of the layer of the sandbox's own changes, in bytes.
+	// +optional
+	LayerSize int64 `json:"layerSize,omitempty"`
+	// baseImage is the image the snapshotted container ran.
+	// +optional
+	BaseImage string `json:"baseImage,omitempty"`
+	// creationTime is when the snapshot was taken.
+	CreationTime metav1.Time `json:"creationTime"`
+	// pod is the pod it was taken from.
+	Pod string `json:"pod"`
 }
 
 // Sandbox is an isolated environment for running code: one or more pods that accept commands,

@@ -97,6 +97,11 @@ func (in SandboxRenewal) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxSnapshotStatus) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxSnapshotStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxSpec) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxSpec"
 }

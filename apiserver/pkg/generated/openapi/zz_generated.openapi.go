@@ -50,6 +50,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.SandboxPoolReference{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxPoolReference(ref),
 		v1alpha1.SandboxProxyOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxProxyOptions(ref),
 		v1alpha1.SandboxRenewal{}.OpenAPIModelName():               schema_apiserver_apis_sandbox_v1alpha1_SandboxRenewal(ref),
+		v1alpha1.SandboxSnapshotStatus{}.OpenAPIModelName():        schema_apiserver_apis_sandbox_v1alpha1_SandboxSnapshotStatus(ref),
 		v1alpha1.SandboxSpec{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref),
 		v1alpha1.SandboxStatus{}.OpenAPIModelName():                schema_apiserver_apis_sandbox_v1alpha1_SandboxStatus(ref),
 		v1alpha1.SandboxTaskEnvVar{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskEnvVar(ref),
@@ -1107,6 +1108,81 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxRenewal(ref common.ReferenceC
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxSnapshotStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxSnapshotStatus is a replica's filesystem as it was when the sandbox paused.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"replica": {
+						SchemaProps: spec.SchemaProps{
+							Description: "replica is the index of the replica.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"image": {
+						SchemaProps: spec.SchemaProps{
+							Description: "image is the snapshot's reference by digest (REGISTRY/REPOSITORY@sha256:...).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"digest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "digest of the image's manifest.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"size": {
+						SchemaProps: spec.SchemaProps{
+							Description: "size of the image (manifest, config and all layers), in bytes.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"layerSize": {
+						SchemaProps: spec.SchemaProps{
+							Description: "layerSize is the size of the layer of the sandbox's own changes, in bytes.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"baseImage": {
+						SchemaProps: spec.SchemaProps{
+							Description: "baseImage is the image the snapshotted container ran.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"creationTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "creationTime is when the snapshot was taken.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"pod": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pod is the pod it was taken from.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"replica", "image", "digest", "creationTime", "pod"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1228,6 +1304,13 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref common.ReferenceCall
 							Format:      "",
 						},
 					},
+					"paused": {
+						SchemaProps: spec.SchemaProps{
+							Description: "paused: true snapshots each replica's filesystem into an image in the platform's snapshot registry and deletes its pods (phase Pausing, then Paused); false again brings the same sandbox back (Resuming, then Running) with new pods made from the snapshots (a pooled sandbox's from its pool's template, as pods of its own). Kept: the sandbox container's filesystem, apart from volumes and the virtual filesystems (/proc, /sys, /dev); the name, labels, spec, network policy and the identity exec, files and proxy use. Not kept: processes and memory; the entrypoint starts again on resume. A paused sandbox keeps its expiry (unless the platform says otherwise); an expired or deleted one takes its snapshots with it. A sandbox with a taskTemplate cannot pause. Needs `update` on sandboxes.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},
@@ -1252,7 +1335,7 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxStatus(ref common.ReferenceCa
 					},
 					"phase": {
 						SchemaProps: spec.SchemaProps{
-							Description: "phase summarizes the state of the sandbox: Pending, Running, Failed, Expired or Terminating.",
+							Description: "phase summarizes the state of the sandbox: Pending, Running, Pausing, Paused, Resuming, Succeeded, Failed, Expired or Terminating.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -1371,11 +1454,32 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxStatus(ref common.ReferenceCa
 							},
 						},
 					},
+					"snapshots": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"replica",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "snapshots lists the replicas' snapshots from the last pause, by replica index; the replicas' pods are made from them from then on.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxSnapshotStatus{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.SandboxPodStatus{}.OpenAPIModelName(), v1alpha1.SandboxTaskStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+			v1alpha1.SandboxPodStatus{}.OpenAPIModelName(), v1alpha1.SandboxSnapshotStatus{}.OpenAPIModelName(), v1alpha1.SandboxTaskStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 

@@ -28,9 +28,18 @@ import (
 // whose pods are of the namespace's level (podSecurity: Namespace).
 type Admitter struct {
 	Checker *admission.Checker
-	// Reader reads Namespaces (their pod security labels) and Pools, from a cache.
+	// Reader reads Namespaces (their pod security labels) and Pools: from a cache, and from the
+	// kube-apiserver for what the cache does not hold yet (CacheFirst).
 	Reader     client.Reader
 	Authorizer authorizer.Authorizer
+}
+
+// authorizer is the Admitter's Authorizer, nil without an Admitter (nothing is elevated then).
+func (a *Admitter) authorizer() authorizer.Authorizer {
+	if a == nil {
+		return nil
+	}
+	return a.Authorizer
 }
 
 // Admit checks a sandbox about to be created, and records on it (AnnotationPodSecurity) when

@@ -160,3 +160,32 @@ func TestEnsureMayUseElevated(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmitCacheMiss: a namespace and a pool made just before the sandbox, which the cache
+// does not hold yet, are read from the kube-apiserver (CacheFirst): the sandbox is admitted in
+// the namespace, and the pool's level is held to as if the cache had it.
+func TestAdmitCacheMiss(t *testing.T) {
+	fresh := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fresh"}}
+	elevated := &controlv1alpha1.Pool{ObjectMeta: metav1.ObjectMeta{Namespace: "fresh", Name: "elevated"},
+		Spec: controlv1alpha1.PoolSpec{PodSecurity: controlv1alpha1.PodSecurityNamespace}}
+	direct := testAdmitter(t, fresh, elevated).Reader
+	a := testAdmitter(t) // an empty cache
+	a.Reader = CacheFirst{Cache: a.Reader, Direct: direct}
+
+	ctx := genericapirequest.WithUser(t.Context(), &user.DefaultInfo{Name: "alice"})
+	sbx := &sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "fresh"}, Spec: sandboxv1alpha1.SandboxSpec{
+		Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python"}}}}}}
+	if err := a.Admit(ctx, sbx); err != nil {
+		t.Errorf("a namespace the cache does not hold yet: Admit() = %v, want nil", err)
+	}
+	pooled := &sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "fresh"},
+		Spec: sandboxv1alpha1.SandboxSpec{PoolRef: &sandboxv1alpha1.SandboxPoolReference{Name: "elevated"}}}
+	if err := a.Admit(ctx, pooled); !apierrors.IsForbidden(err) {
+		t.Errorf("an elevated pool the cache does not hold yet, for a sandbox-only user: Admit() = %v, want Forbidden", err)
+	}
+	gone := sbx.DeepCopy()
+	gone.Namespace = "gone"
+	if err := a.Admit(ctx, gone); !apierrors.IsNotFound(err) {
+		t.Errorf("a namespace that exists nowhere: Admit() = %v, want NotFound", err)
+	}
+}

@@ -35,6 +35,7 @@ func toBatchSandbox(sbx *sandboxv1alpha1.Sandbox) *controlv1alpha1.BatchSandbox 
 			TaskTemplate:                    toControlTaskTemplate(sbx.Spec.TaskTemplate),
 			ShardTaskPatches:                sbx.Spec.ShardTaskPatches,
 			TaskResourcePolicyWhenCompleted: controlv1alpha1.TaskResourcePolicy(sbx.Spec.TaskResourcePolicyWhenCompleted),
+			Paused:                          sbx.Spec.Paused,
 		},
 	}
 	if sbx.Spec.AutoRenew != nil {
@@ -73,6 +74,7 @@ func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox
 			TaskTemplate:                    fromControlTaskTemplate(bs.Spec.TaskTemplate),
 			ShardTaskPatches:                bs.Spec.ShardTaskPatches,
 			TaskResourcePolicyWhenCompleted: string(bs.Spec.TaskResourcePolicyWhenCompleted),
+			Paused:                          bs.Spec.Paused,
 		},
 		Status: sandboxv1alpha1.SandboxStatus{
 			ObservedGeneration: bs.Status.ObservedGeneration,
@@ -118,6 +120,18 @@ func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox
 			FinishTime: t.FinishTime,
 			Reason:     t.Reason,
 			Message:    t.Message,
+		})
+	}
+	for _, sn := range bs.Status.Snapshots {
+		sbx.Status.Snapshots = append(sbx.Status.Snapshots, sandboxv1alpha1.SandboxSnapshotStatus{
+			Replica:      sn.Replica,
+			Image:        sn.Image,
+			Digest:       sn.Digest,
+			Size:         sn.Size,
+			LayerSize:    sn.LayerSize,
+			BaseImage:    sn.BaseImage,
+			CreationTime: sn.CreationTime,
+			Pod:          sn.Pod,
 		})
 	}
 	return sbx

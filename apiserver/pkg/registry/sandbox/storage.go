@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -313,6 +314,16 @@ func (r *REST) update(ctx context.Context, name string, key client.ObjectKey, bs
 	updated.Spec.AutoRenew = toBatchSandbox(sbx).Spec.AutoRenew
 	// The outbound policy is mutable: the controller pushes a change to the pods at once.
 	updated.Spec.NetworkPolicy = toControlNetworkPolicy(sbx.Spec.NetworkPolicy)
+	if sbx.Spec.Paused != old.Spec.Paused {
+		// Pausing and resuming make and delete the sandbox's pods, as using it does.
+		if err := ensureMayUseElevated(ctx, r.admitter.authorizer(), key.Namespace, name, old.Annotations, "pausing or resuming"); err != nil {
+			return nil, err
+		}
+		updated.Spec.Paused = sbx.Spec.Paused
+		if r.limits.PauseStopsExpiry && !sbx.Spec.Paused {
+			updated.Spec.ExpireTime = expiryAfterPause(bs, r.clock.Now())
+		}
+	}
 	if err := tooLarge(updated); err != nil {
 		return nil, err
 	}
@@ -391,4 +402,20 @@ func listOptions(ctx context.Context, in *metainternalversion.ListOptions) *clie
 	out.Raw.TimeoutSeconds = in.TimeoutSeconds
 	out.Raw.SendInitialEvents = in.SendInitialEvents
 	return out
+}
+
+// expiryAfterPause is the expiry of a sandbox resumed now, when a pause stops its clock
+// (Limits.PauseStopsExpiry): moved forward by the time it spent Paused (since its Paused
+// condition became True). A sandbox that was not Paused yet (still pausing) keeps it.
+func expiryAfterPause(bs *controlv1alpha1.BatchSandbox, now time.Time) *metav1.Time {
+	exp := bs.Spec.ExpireTime
+	c := meta.FindStatusCondition(bs.Status.Conditions, controlv1alpha1.ConditionPaused)
+	if exp == nil || bs.Status.Phase != controlv1alpha1.PhasePaused || c == nil || c.Status != metav1.ConditionTrue {
+		return exp
+	}
+	paused := now.Sub(c.LastTransitionTime.Time)
+	if paused <= 0 {
+		return exp
+	}
+	return &metav1.Time{Time: exp.Add(paused).Truncate(time.Second)}
 }

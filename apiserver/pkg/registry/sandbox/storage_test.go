@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -625,5 +627,57 @@ func TestRESTMetadata(t *testing.T) {
 	got := metadata{r.New(), r.NewList(), r.NamespaceScoped(), r.GetSingularName(), r.ShortNames(), r.Categories()}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("REST metadata (-want +got):\n%s", diff)
+	}
+}
+
+// TestUpdatePaused: spec.paused reaches the BatchSandbox; with PauseStopsExpiry a resume moves
+// the expiry forward by the time the sandbox was Paused, and without it keeps it.
+func TestUpdatePaused(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	expiry := metav1.NewTime(now.Add(time.Hour))
+	for _, stops := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pause-stops-expiry=%v", stops), func(t *testing.T) {
+			bs := batchSandbox("ns", "s", nil)
+			bs.Spec.ExpireTime = &expiry
+			r, backend := newREST(t, bs)
+			r.limits.PauseStopsExpiry = stops
+			ctx := genericapirequest.WithUser(nsContext("ns"), &user.DefaultInfo{Name: "alice"})
+			set := func(paused bool) *controlv1alpha1.BatchSandbox {
+				t.Helper()
+				obj, err := r.Get(ctx, "s", &metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sbx := obj.(*sandboxv1alpha1.Sandbox)
+				sbx.Spec.Paused = paused
+				if _, _, err := r.Update(ctx, "s", rest.DefaultUpdatedObjectInfo(sbx), nil, nil, false, &metav1.UpdateOptions{}); err != nil {
+					t.Fatalf("update paused=%v: %v", paused, err)
+				}
+				got := &controlv1alpha1.BatchSandbox{}
+				if err := backend.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "s"}, got); err != nil {
+					t.Fatal(err)
+				}
+				if got.Spec.Paused != paused {
+					t.Fatalf("the BatchSandbox has paused=%v, want %v", got.Spec.Paused, paused)
+				}
+				return got
+			}
+			paused := set(true)
+			// The controller: Paused for the last 10 minutes.
+			paused.Status.Phase = controlv1alpha1.PhasePaused
+			paused.Status.Conditions = []metav1.Condition{{Type: controlv1alpha1.ConditionPaused, Status: metav1.ConditionTrue,
+				Reason: controlv1alpha1.ReasonPaused, LastTransitionTime: metav1.NewTime(now.Add(-10 * time.Minute))}}
+			if err := backend.Update(context.Background(), paused); err != nil {
+				t.Fatal(err)
+			}
+			resumed := set(false)
+			want := expiry.Time
+			if stops {
+				want = want.Add(10 * time.Minute)
+			}
+			if !resumed.Spec.ExpireTime.Time.Equal(want) {
+				t.Errorf("expiry after the resume = %s, want %s", resumed.Spec.ExpireTime.Time, want)
+			}
+		})
 	}
 }

@@ -34,6 +34,9 @@ const MinTimeoutSeconds = 60
 type Limits struct {
 	// MaxTimeout bounds timeoutSeconds and how far a renewal may reach; 0: no bound.
 	MaxTimeout time.Duration
+	// PauseStopsExpiry: a resumed sandbox's expiry moves forward by the time it was Paused
+	// (sandbox-controller, with the same flag, expires no Paused sandbox).
+	PauseStopsExpiry bool
 }
 
 // setDefaults fills what a user may leave out.
@@ -182,6 +185,10 @@ func validateSpec(spec *sandboxv1alpha1.SandboxSpec, limits Limits, fld *field.P
 	}
 	allErrs = append(allErrs, validateShardPatches(spec, fld)...)
 	allErrs = append(allErrs, validateTasks(spec, fld)...)
+	if spec.Paused && spec.TaskTemplate != nil {
+		allErrs = append(allErrs, field.Forbidden(fld.Child("paused"),
+			"a sandbox that runs tasks cannot pause: processes are not kept, and a task would start again from its beginning"))
+	}
 
 	if spec.NetworkPolicy != nil {
 		allErrs = append(allErrs, egressapi.ValidatePolicy(spec.NetworkPolicy.EgressPolicy(), fld.Child("networkPolicy"))...)

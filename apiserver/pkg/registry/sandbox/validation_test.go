@@ -242,6 +242,18 @@ func TestValidateSandbox(t *testing.T) {
 			},
 		},
 		{
+			name:   "a paused sandbox",
+			modify: func(s *sandboxv1alpha1.Sandbox) { s.Spec.Paused = true },
+		},
+		{
+			name: "a paused batch of tasks",
+			modify: func(s *sandboxv1alpha1.Sandbox) {
+				s.Spec.Paused = true
+				s.Spec.TaskTemplate = &sandboxv1alpha1.SandboxTaskTemplate{Command: []string{"true"}}
+			},
+			want: []fieldErr{{field.ErrorTypeForbidden, "spec.paused"}},
+		},
+		{
 			name: "bad tasks",
 			modify: func(s *sandboxv1alpha1.Sandbox) {
 				s.Spec.TaskTemplate = &sandboxv1alpha1.SandboxTaskTemplate{

@@ -26,7 +26,7 @@ const (
 )
 
 // SandboxPhase is a coarse summary of where a sandbox is in its life.
-// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Terminating;Expired
+// +kubebuilder:validation:Enum=Pending;Running;Pausing;Paused;Resuming;Succeeded;Failed;Terminating;Expired
 type SandboxPhase string
 
 const (
@@ -34,6 +34,15 @@ const (
 	PhasePending SandboxPhase = "Pending"
 	// PhaseRunning: every replica has a ready pod.
 	PhaseRunning SandboxPhase = "Running"
+	// PhasePausing: spec.paused is set and some replica's pod is still there: its filesystem
+	// is being snapshotted, or its snapshot is done and the pod is being deleted.
+	PhasePausing SandboxPhase = "Pausing"
+	// PhasePaused: every replica's filesystem is in a snapshot (status.snapshots) and no pod
+	// is left.
+	PhasePaused SandboxPhase = "Paused"
+	// PhaseResuming: spec.paused was cleared and not every replica's pod, made from its
+	// snapshot, is ready yet.
+	PhaseResuming SandboxPhase = "Resuming"
 	// PhaseSucceeded: every replica's task has ended, and all succeeded.
 	PhaseSucceeded SandboxPhase = "Succeeded"
 	// PhaseFailed: a replica cannot run (its pod failed or could not be created), or every
@@ -73,6 +82,32 @@ const (
 	// ReasonIdentityFailed: the controller could not certify a pod's execd (its pod identity
 	// did not verify); the replica waits.
 	ReasonIdentityFailed = "IdentityFailed"
+
+	// ConditionPaused is True when the sandbox is paused: every replica in a snapshot and no
+	// pod left. False while it pauses (Pausing), when a snapshot failed (the pods are kept and
+	// the sandbox stays usable), and while it resumes (Resuming).
+	ConditionPaused = "Paused"
+	// ReasonPausing: snapshots are being taken, or pods deleted after theirs.
+	ReasonPausing = "Pausing"
+	// ReasonPaused: Ready is False because the sandbox is paused.
+	ReasonPaused = "Paused"
+	// ReasonResuming: pods are being made from the snapshots.
+	ReasonResuming = "Resuming"
+	// ReasonResumed: the sandbox runs again, from its snapshots.
+	ReasonResumed = "Resumed"
+	// ReasonSnapshotFailed: a replica's snapshot failed (the message has the snapshotter's or
+	// the registry's error); its pod is kept, and the snapshot is tried again.
+	ReasonSnapshotFailed = "SnapshotFailed"
+	// ReasonRegistryUnavailable: the snapshot registry could not be reached (or none is
+	// configured); pausing waits, and a paused sandbox stays Paused until it can resume.
+	ReasonRegistryUnavailable = "RegistryUnavailable"
+	// ReasonSnapshotPolicyMissing: the admission policy that keeps snapshots to their
+	// sandboxes' pods does not name this registry (its ConfigMap is missing, or names none or
+	// another); the sandbox does not start to pause until it does.
+	ReasonSnapshotPolicyMissing = "SnapshotPolicyMissing"
+	// ReasonPauseNotSupported: a sandbox that runs tasks cannot pause (processes are not
+	// kept, and a task would start again from its beginning).
+	ReasonPauseNotSupported = "PauseNotSupported"
 )
 
 // FinalizerPods holds a BatchSandbox until its pods are gone, so that deleting a sandbox
@@ -84,6 +119,7 @@ const FinalizerPods = "control.kube-sandbox.io/pods"
 // +kubebuilder:validation:XValidation:rule="has(self.poolRef) == has(oldSelf.poolRef) && (!has(self.poolRef) || self.poolRef.name == oldSelf.poolRef.name)",message="poolRef is immutable: a sandbox keeps its mode and its pool"
 // +kubebuilder:validation:XValidation:rule="!has(self.poolRef) || !has(self.env) || self.env.all(e, !has(e.valueFrom))",message="env of a pooled sandbox takes literal values only: valueFrom is resolved when a pod starts, and a pool pod has started already"
 // +kubebuilder:validation:XValidation:rule="!has(self.poolRef) || !has(self.shardPatches) || size(self.shardPatches) == 0",message="shardPatches patch the pod template of direct mode: a pooled sandbox's pods come from its pool"
+// +kubebuilder:validation:XValidation:rule="!has(self.paused) || !self.paused || !has(self.taskTemplate)",message="a sandbox that runs tasks cannot pause: processes are not kept, and a task would start again"
 type BatchSandboxSpec struct {
 	// replicas is the number of sandbox pods.
 	// +kubebuilder:default=1
@@ -154,6 +190,15 @@ type BatchSandboxSpec struct {
 	// +kubebuilder:validation:MaxItems=1000
 	ShardTaskPatches []runtime.RawExtension `json:"shardTaskPatches,omitempty"`
 
+	// paused: each replica's filesystem is snapshotted into an image in the snapshot registry
+	// and its pod deleted; set back to false, the sandbox comes back with new pods made from
+	// the snapshots (a pooled sandbox's from its pool's template, as direct-mode pods). The
+	// sandbox container's filesystem is kept, apart from volumes and the virtual filesystems
+	// (/proc, /sys, /dev, /tmp if a volume); processes and memory are not: the entrypoint
+	// starts again on resume. The name, labels, spec, policy and identity stay the same.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
 	// taskResourcePolicyWhenCompleted says what happens to a replica's pod when its task has
 	// ended: Retain (the default) keeps it, Release deletes it (a pool pod goes the way of its
 	// pool's recycleStrategy) and the replica counts as done. Mutable.
@@ -196,6 +241,35 @@ type SandboxPodStatus struct {
 	// ready is true when the sandbox container is ready for commands (for a pool pod: once it
 	// accepted the allocation).
 	Ready bool `json:"ready"`
+}
+
+// SnapshotStatus is a replica's filesystem as it was when the sandbox paused: an image in the
+// snapshot registry, its base the image the replica's pod ran.
+type SnapshotStatus struct {
+	// replica is the index of the replica.
+	Replica int32 `json:"replica"`
+	// image is the snapshot's reference by digest (REGISTRY/REPOSITORY@sha256:...), which
+	// the replica's pods are made from while the snapshot is current.
+	Image string `json:"image"`
+	// tag is the tag the snapshot was pushed under (REGISTRY/REPOSITORY:TAG).
+	// +optional
+	Tag string `json:"tag,omitempty"`
+	// digest of the image's manifest.
+	Digest string `json:"digest"`
+	// size of the image (manifest, config and all layers) and of the layer of the sandbox's
+	// own changes, in bytes.
+	// +optional
+	Size int64 `json:"size,omitempty"`
+	// +optional
+	LayerSize int64 `json:"layerSize,omitempty"`
+	// baseImage is the image the snapshotted container ran.
+	// +optional
+	BaseImage string `json:"baseImage,omitempty"`
+	// creationTime is when the snapshot was pushed.
+	CreationTime metav1.Time `json:"creationTime"`
+	// pod and podUID name the pod it was taken from.
+	Pod    string `json:"pod"`
+	PodUID string `json:"podUID"`
 }
 
 // BatchSandboxStatus is the observed state of a BatchSandbox.
@@ -242,6 +316,13 @@ type BatchSandboxStatus struct {
 	// +listType=map
 	// +listMapKey=replica
 	Tasks []TaskStatus `json:"tasks,omitempty"`
+	// snapshots lists the replicas' snapshots, by replica index, from the last pause: a
+	// replica's pods are made from its snapshot from then on. Deleting the sandbox deletes
+	// them from the registry.
+	// +optional
+	// +listType=map
+	// +listMapKey=replica
+	Snapshots []SnapshotStatus `json:"snapshots,omitempty"`
 }
 
 // BatchSandbox is a set of sandbox pods. It is the stored truth behind a Sandbox of the same
