@@ -65,6 +65,10 @@ type Checker struct {
 	// overridden are baseline checks a restricted one replaces at the restricted level, from
 	// the policy version on that the restricted one does.
 	overridden map[policy.CheckID]api.Version
+	// SnapshotRegistry (host[:port]) holds the snapshots of paused sandboxes, which nodes
+	// pull with credentials of their own: no template may name an image there, whoever
+	// asks. A sandbox gets its own snapshot back by resuming; "": no such registry.
+	SnapshotRegistry string
 }
 
 // NewChecker returns a Checker for the platform level.
@@ -218,7 +222,39 @@ func (c *Checker) Check(nsLabels map[string]string, t Template) Result {
 		}
 	}
 	res.NeedsPodRights = append(res.NeedsPodRights, references(t)...)
+	res.Invalid = append(res.Invalid, c.snapshotImages(t)...)
 	return res
+}
+
+// snapshotImages are the template's images in the snapshot registry (SnapshotRegistry).
+func (c *Checker) snapshotImages(t Template) field.ErrorList {
+	if c.SnapshotRegistry == "" || t.Spec == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	for _, cs := range []struct {
+		name       string
+		containers []corev1.Container
+	}{{"initContainers", t.Spec.InitContainers}, {"containers", t.Spec.Containers}} {
+		for i, ctr := range cs.containers {
+			if ImageRegistry(ctr.Image) == strings.ToLower(c.SnapshotRegistry) {
+				errs = append(errs, field.Forbidden(t.Path.Child(cs.name).Index(i).Child("image"),
+					fmt.Sprintf("%s holds the snapshots of paused sandboxes: a sandbox gets its own back by resuming", c.SnapshotRegistry)))
+			}
+		}
+	}
+	return errs
+}
+
+// ImageRegistry is the registry host (lower case, with its port) an image reference pulls
+// from, as containerd reads it: the first path component when it has a dot or a colon or is
+// localhost; "" for the default registry.
+func ImageRegistry(image string) string {
+	first, _, found := strings.Cut(image, "/")
+	if !found || (!strings.ContainsAny(first, ".:") && first != "localhost") {
+		return ""
+	}
+	return strings.ToLower(first)
 }
 
 // violation is a failed check at a field.

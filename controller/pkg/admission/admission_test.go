@@ -256,3 +256,40 @@ func TestEgressSpecErrors(t *testing.T) {
 		t.Errorf("CheckEgress of a pod on the node's network: %v, %v", ferr, err)
 	}
 }
+
+// TestSnapshotImages: no template names an image of the snapshot registry, whoever asks; the
+// registry's host is compared as containerd reads it.
+func TestSnapshotImages(t *testing.T) {
+	c := checker(t, "baseline")
+	c.SnapshotRegistry = "10.250.0.1:5000"
+	tests := []struct {
+		name        string
+		spec        func(*corev1.PodSpec)
+		wantInvalid []string
+	}{
+		{name: "an ordinary image", spec: func(s *corev1.PodSpec) { s.Containers[0].Image = "python:3.11" }},
+		{name: "another registry", spec: func(s *corev1.PodSpec) { s.Containers[0].Image = "10.250.0.1:5001/kube-sandbox/snapshots/a/b:c" }},
+		{name: "a snapshot in the sandbox container", spec: func(s *corev1.PodSpec) {
+			s.Containers[0].Image = "10.250.0.1:5000/kube-sandbox/snapshots/other/sbx@sha256:0123"
+		}, wantInvalid: []string{"spec.containers[0].image"}},
+		{name: "anything of the registry, in an init container", spec: func(s *corev1.PodSpec) {
+			s.InitContainers = []corev1.Container{{Name: "init", Image: "10.250.0.1:5000/elsewhere:1"}}
+		}, wantInvalid: []string{"spec.initContainers[0].image"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := podSpec()
+			tc.spec(spec)
+			res := c.Check(nil, Template{Spec: spec, Path: field.NewPath("spec")})
+			if diff := cmp.Diff(tc.wantInvalid, fields(res.Invalid)); diff != "" {
+				t.Errorf("invalid fields (-want +got):\n%s", diff)
+			}
+		})
+	}
+	for image, want := range map[string]string{"python": "", "library/python:3": "", "Localhost/x": "", "localhost/x": "localhost",
+		"LOCALHOST:5000/x": "localhost:5000", "Reg.Example:5000/a/b": "reg.example:5000"} {
+		if got := ImageRegistry(image); got != want {
+			t.Errorf("ImageRegistry(%q) = %q, want %q", image, got, want)
+		}
+	}
+}

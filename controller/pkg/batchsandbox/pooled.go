@@ -361,10 +361,13 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 		wg.Go(func() {
 			defer func() { <-sem }()
 			err := r.Certifier.Ensure(ctx, p)
-			if err == nil && egressCfg != nil {
+			// Only a pool pod is claimed; a pooled sandbox's pods of its own (resumed from
+			// snapshots) are the sandbox's from their start, policy included.
+			poolPod := p.Labels[controlv1alpha1.LabelPool] != ""
+			if err == nil && egressCfg != nil && poolPod {
 				err = r.Egress.Ensure(ctx, p, *egressCfg)
 			}
-			if err == nil && req != nil {
+			if err == nil && req != nil && poolPod {
 				_, err = claimer.Claim(ctx, p, req)
 			}
 			mu.Lock()

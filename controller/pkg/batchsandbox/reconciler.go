@@ -32,7 +32,6 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxevents"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/shard"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/tasks"
 )
 
@@ -65,6 +64,12 @@ type Reconciler struct {
 	// TaskStarter starts tasks; nil: an execdclient.TaskClient with the Authority's
 	// credentials.
 	TaskStarter TaskStarter
+	// Snapshots pauses and resumes sandboxes (pause.go); nil: a paused sandbox says that no
+	// snapshot registry is configured, and keeps its pods.
+	Snapshots *Snapshots
+	// PauseStopsExpiry: a Paused sandbox does not expire (sandbox-apiserver, with the same
+	// flag, moves its expiry forward by the pause when it resumes).
+	PauseStopsExpiry bool
 
 	taskStarterOnce    sync.Once
 	defaultTaskStarter TaskStarter
@@ -72,6 +77,8 @@ type Reconciler struct {
 
 	// allocations remembers the pool pods this process allocated until the cache shows them.
 	allocations allocations
+	// writes remembers the BatchSandboxes this process wrote until the cache shows the writes.
+	writes writes
 
 	claimerOnce sync.Once
 	claimer     Claimer
@@ -104,7 +111,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	logger := log.FromContext(ctx)
 	bs := &controlv1alpha1.BatchSandbox{}
 	if err := r.Client.Get(ctx, req.NamespacedName, bs); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.writes.forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
+	}
+	if r.writes.stale(req.NamespacedName, bs.ResourceVersion) {
+		// The cache has not seen this process's last write of the sandbox yet; its watch
+		// event brings the next reconcile.
+		logger.V(5).Info("cache behind our last write; waiting for it", "resourceVersion", bs.ResourceVersion)
+		return reconcile.Result{}, nil
 	}
 	if bs.DeletionTimestamp != nil {
 		return reconcile.Result{}, r.finalize(ctx, bs)
@@ -112,7 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Expiry is driven by the deadline itself (RequeueAfter below), never by polling; after a
 	// restart the initial list brings every BatchSandbox here again.
 	var result reconcile.Result
-	if bs.Spec.ExpireTime != nil {
+	if bs.Spec.ExpireTime != nil && !(r.PauseStopsExpiry && bs.Spec.Paused && bs.Status.Phase == controlv1alpha1.PhasePaused) {
 		left := bs.Spec.ExpireTime.Sub(r.now())
 		if left <= 0 {
 			return reconcile.Result{}, r.expire(ctx, bs)
@@ -123,14 +139,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// A merge patch replaces the whole list: the optimistic lock keeps others' finalizers.
 		patch := ctrl.MergeFromWithOptions(bs.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(bs, controlv1alpha1.FinalizerPods)
+		before := bs.ResourceVersion
 		if err := r.Client.Patch(ctx, bs, patch); err != nil {
 			return reconcile.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
+		r.writes.wroteOver(req.NamespacedName, before)
 	}
-	if bs.Spec.PoolRef != nil {
+	if bs.Spec.Paused {
+		refused := r.pauseRefused(ctx, bs)
+		if refused == nil {
+			return r.reconcilePause(ctx, bs, result)
+		}
+		if refused.Reason == controlv1alpha1.ReasonSnapshotPolicyMissing && (result.RequeueAfter == 0 || result.RequeueAfter > SnapshotRetryDelay) {
+			// Fixed by an install, which brings no event of the sandbox's: look again.
+			result.RequeueAfter = SnapshotRetryDelay
+		}
+	}
+	if why := r.resumeBlocked(ctx, bs); why != nil {
+		return r.stayPaused(ctx, bs, why, result)
+	}
+	if bs.Spec.PoolRef != nil && !fromSnapshots(bs) {
 		return r.reconcilePooled(ctx, bs, result)
 	}
-	if bs.Spec.Template == nil || len(bs.Spec.Template.Spec.Containers) == 0 {
+	// Direct mode, and a pooled sandbox that resumed from its snapshots, whose pods are its own.
+	var pool *controlv1alpha1.Pool
+	if bs.Spec.PoolRef != nil {
+		pool = r.poolOf(ctx, bs)
+	} else if bs.Spec.Template == nil || len(bs.Spec.Template.Spec.Containers) == 0 {
 		// The CRD refuses this; an object written before that rule existed gets a condition.
 		return result, r.updateStatus(ctx, bs, nil, nil, nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: "spec.template has no containers"})
 	}
@@ -170,7 +205,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var failure *sandboxpod.Problem
 	var clientCA []byte
 	var sidecar *sandboxpod.Egress
-	eg := &egressOnce{r: r, bs: bs}
+	eg := &egressOnce{r: r, bs: bs, pool: pool}
 	for i := int32(0); i < desired; i++ {
 		if _, ok := byReplica[i]; ok || ended[i] {
 			continue
@@ -194,10 +229,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				sidecar = r.Egress.Sidecar(cfg)
 			}
 		}
-		tmpl, err := shard.PodTemplateOf(bs, i)
-		if err != nil {
-			// sandbox-apiserver refuses such a patch; a BatchSandbox written directly may have it.
-			failure = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: fmt.Sprintf("spec.shardPatches[%d]: %v", i, err)}
+		tmpl, problem := r.replicaTemplate(bs, pool, i)
+		if problem != nil {
+			failure = problem
 			continue
 		}
 		pod := buildPod(bs, tmpl, i, r.ExecdImage, clientCA, sidecar)
@@ -292,6 +326,11 @@ func (r *Reconciler) finalize(ctx context.Context, bs *controlv1alpha1.BatchSand
 		log.FromContext(ctx).V(4).Info("waiting for pods to go", "pods", len(pods))
 		return nil
 	}
+	if err := r.finalizeSnapshots(ctx, bs); errors.Is(err, errSnapshotInProgress) {
+		return nil
+	} else if err != nil {
+		return err
+	}
 	patch := ctrl.MergeFromWithOptions(bs.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(bs, controlv1alpha1.FinalizerPods)
 	if err := r.Client.Patch(ctx, bs, patch); ctrl.IgnoreNotFound(err) != nil {
@@ -340,9 +379,29 @@ func (r *Reconciler) listPods(ctx context.Context, bs *controlv1alpha1.BatchSand
 // per replica, the runtime ID of the container whose execd was certified (and, in pooled mode,
 // accepted the allocation): a replica is ready only when that is the running container.
 func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, tk *taskResult, failure *sandboxpod.Problem, extra ...*metav1.Condition) error {
+	status := r.computeStatus(bs, byReplica, claimed, tk, failure, extra...)
+	var refused *metav1.Condition
+	if bs.Spec.Paused {
+		refused = r.pauseRefused(ctx, bs)
+	}
+	if refused != nil {
+		if prev := meta.FindStatusCondition(bs.Status.Conditions, controlv1alpha1.ConditionPaused); prev == nil || prev.Reason != refused.Reason {
+			// Once, as the condition changes to it: the refusal is re-checked while it lasts.
+			r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, refused.Reason, "Pause", "%s", refused.Message)
+		}
+		meta.SetStatusCondition(&status.Conditions, *refused)
+	} else {
+		resumeStatus(bs, &status)
+	}
+	return r.writeStatus(ctx, bs, status)
+}
+
+// computeStatus is the status of the sandbox with these pods (see updateStatus).
+func (r *Reconciler) computeStatus(bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, tk *taskResult, failure *sandboxpod.Problem, extra ...*metav1.Condition) controlv1alpha1.BatchSandboxStatus {
 	status := controlv1alpha1.BatchSandboxStatus{
 		ObservedGeneration: bs.Generation,
 		Conditions:         append([]metav1.Condition(nil), bs.Status.Conditions...),
+		Snapshots:          bs.Status.Snapshots,
 	}
 	idx := make([]int32, 0, len(byReplica))
 	for i := range byReplica {
@@ -411,18 +470,34 @@ func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.Batch
 		}
 	}
 	r.applyTasks(bs, &status, tk)
+	return status
+}
 
+// writeStatus writes status if it differs from the sandbox's, with the PodsReady Event when
+// the sandbox became Ready.
+func (r *Reconciler) writeStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, status controlv1alpha1.BatchSandboxStatus) error {
 	if equality.Semantic.DeepEqual(bs.Status, status) {
 		return nil
 	}
-	if prev := meta.FindStatusCondition(bs.Status.Conditions, controlv1alpha1.ConditionReady); cond.Status == metav1.ConditionTrue &&
-		(prev == nil || prev.Status != metav1.ConditionTrue) {
-		r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeNormal, controlv1alpha1.ReasonPodsReady, "Ready", "%d/%d replicas ready", status.Ready, desired)
+	cond := meta.FindStatusCondition(status.Conditions, controlv1alpha1.ConditionReady)
+	if prev := meta.FindStatusCondition(bs.Status.Conditions, controlv1alpha1.ConditionReady); cond != nil && cond.Status == metav1.ConditionTrue &&
+		(prev == nil || prev.Status != metav1.ConditionTrue) && readyWorthAnEvent(bs, prev) {
+		r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeNormal, controlv1alpha1.ReasonPodsReady, "Ready", "%s", cond.Message)
 	}
 	patch := ctrl.MergeFrom(bs.DeepCopy())
 	bs.Status = status
+	before := bs.ResourceVersion
 	if err := r.Client.Status().Patch(ctx, bs, patch); err != nil {
 		return fmt.Errorf("update status: %w", err)
 	}
+	r.writes.wroteOver(types.NamespacedName{Namespace: bs.Namespace, Name: bs.Name}, before)
 	return nil
+}
+
+// readyWorthAnEvent tells whether a sandbox becoming Ready is news: a direct-mode sandbox's
+// pods took their time to start, and a pooled one had to wait (a pool exhausted, a pod
+// refused or lost) and was told so. A pooled sandbox Ready in its first status records
+// nothing: that is the happy path, milliseconds after the create, where every write counts.
+func readyWorthAnEvent(bs *controlv1alpha1.BatchSandbox, prev *metav1.Condition) bool {
+	return bs.Spec.PoolRef == nil || prev != nil
 }

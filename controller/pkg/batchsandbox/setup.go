@@ -55,6 +55,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 		r.Tasks.Notify = r.taskEvents.notify
 		b = b.WatchesRawSource(source.Channel(r.taskEvents.ch, r.taskEvents.handler()))
 	}
+	if r.Snapshots != nil && r.Snapshots.Runner != nil {
+		// The end of a snapshot (and each new stage) is an event of its own: nothing polls.
+		snapshotEvents := newTaskEvents(0)
+		r.Snapshots.Runner.Notify = snapshotEvents.notify
+		b = b.WatchesRawSource(source.Channel(snapshotEvents.ch, snapshotEvents.handler()))
+	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
 		Named("batchsandbox").
 		Complete(r)

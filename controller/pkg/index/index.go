@@ -25,10 +25,12 @@ func Setup(ctx context.Context, indexer client.FieldIndexer) error {
 	})
 }
 
-// SandboxesOfPool lists the BatchSandboxes of namespace that use pool.
+// SandboxesOfPool lists the BatchSandboxes of namespace that use pool. They are the cache's
+// own objects, not copies (a pool's sandboxes are listed on every event of its pods, and a
+// pool may have thousands): callers only read them.
 func SandboxesOfPool(ctx context.Context, c client.Reader, namespace, pool string) ([]controlv1alpha1.BatchSandbox, error) {
 	list := &controlv1alpha1.BatchSandboxList{}
-	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{PoolRef: pool}); err != nil {
+	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{PoolRef: pool}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	return list.Items, nil

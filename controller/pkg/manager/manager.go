@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -37,6 +38,8 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pool"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/snapshot"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/tasks"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
@@ -81,6 +84,17 @@ type Options struct {
 	EgressImage string
 	// EgressConfigMap names the platform's egress policy (in --pki-namespace).
 	EgressConfigMap string
+	// SnapshotRegistry (host:port) takes the snapshots of paused sandboxes; "": sandboxes
+	// cannot pause. SnapshotRepositoryPrefix is where in it, SnapshotRegistrySecret (in
+	// --pki-namespace) the credentials and CA, SnapshotterSecret sandbox-snapshotter's
+	// certificate, MaxSnapshotBytes the largest layer of changes.
+	SnapshotRegistry         string
+	SnapshotRepositoryPrefix string
+	SnapshotRegistrySecret   string
+	SnapshotterSecret        string
+	MaxSnapshotBytes         int64
+	PauseStopsExpiry         bool
+
 	// DisableEgress leaves sandbox-egress out of pods. No flag sets it: every sandbox of a
 	// real cluster has an outbound policy. Integration tests, whose simulated node runs no
 	// sidecars, set it.
@@ -94,9 +108,12 @@ func NewOptions() *Options {
 		ProbeAddr:   ":8081",
 		LeaderElect: true,
 		// Allocating a 100-replica sandbox takes 100 pod writes; client-go's default of 20/s
-		// would make that five seconds.
-		KubeAPIQPS:              200,
-		KubeAPIBurst:            400,
+		// would make that five seconds. At 100 pooled creates/s the controller writes 200
+		// times a second (the pod's allocation, the status) besides refilling the pool:
+		// make bench-scale measured 200/s as the limit there. The kube-apiserver's priority and
+		// fairness protects it, as for sandbox-apiserver's 500/s.
+		KubeAPIQPS:              500,
+		KubeAPIBurst:            1000,
 		MaxConcurrentReconciles: batchsandbox.DefaultMaxConcurrentReconciles,
 		PoolRefillDelay:         pool.DefaultRefillDelay,
 		PoolMaxStarting:         pool.DefaultMaxStarting,
@@ -110,6 +127,10 @@ func NewOptions() *Options {
 		CALifetime:              pki.DefaultCALifetime,
 		CertificateLifetime:     pki.DefaultCertificateLifetime,
 		EgressConfigMap:         egress.DefaultConfigMap,
+
+		SnapshotRepositoryPrefix: snapshot.DefaultRepositoryPrefix,
+		SnapshotRegistrySecret:   snapshot.DefaultSecret,
+		SnapshotterSecret:        pki.DefaultSnapshotterSecret,
 	}
 }
 
@@ -146,6 +167,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.CALifetime, "ca-lifetime", o.CALifetime, "Lifetime of a CA the controller makes; it is replaced when a fifth of it is left.")
 	fs.StringVar(&o.EgressImage, "egress-image", o.EgressImage, "Image holding /usr/local/bin/sandbox-egress, the sidecar that enforces each sandbox's outbound policy (default: --execd-image).")
 	fs.StringVar(&o.EgressConfigMap, "egress-configmap", o.EgressConfigMap, "ConfigMap (in --pki-namespace) of the platform's egress policy: alwaysDeny, alwaysAllow, defaultPolicy and dnsUpstreams. Missing: everything is denied.")
+	fs.StringVar(&o.SnapshotRegistry, "snapshot-registry", o.SnapshotRegistry, "Registry (host:port) that takes the filesystem snapshots of paused sandboxes (spec.paused), which nodes pull with credentials of their own; no sandbox or pool template may name an image there. Empty: sandboxes cannot pause (condition Paused, reason RegistryUnavailable). Keep it equal to sandbox-apiserver's and sandbox-snapshotter's, and to the key registry of the ConfigMap kube-sandbox-snapshot-images (in --pki-namespace), from which the admission policy of the same name, which keeps snapshots to their sandboxes' pods, reads it: a sandbox does not start to pause until they agree (reason SnapshotPolicyMissing).")
+	fs.StringVar(&o.SnapshotRepositoryPrefix, "snapshot-repository-prefix", o.SnapshotRepositoryPrefix, "Repository prefix of the snapshots in --snapshot-registry: each sandbox's go to PREFIX/NAMESPACE/NAME.")
+	fs.StringVar(&o.SnapshotRegistrySecret, "snapshot-registry-secret", o.SnapshotRegistrySecret, "Secret (in --pki-namespace) with the registry's credentials (username, password) and CA (ca.crt), used to delete the snapshots of deleted sandboxes.")
+	fs.StringVar(&o.SnapshotterSecret, "snapshotter-secret", o.SnapshotterSecret, "Secret (in --pki-namespace) of sandbox-snapshotter's serving certificate, which the controller issues with --manage-pki; empty: none.")
+	fs.BoolVar(&o.PauseStopsExpiry, "pause-stops-expiry", o.PauseStopsExpiry, "A Paused sandbox does not expire, and sandbox-apiserver (with the same flag) moves its expiry forward by the pause when it resumes. false (the default): a paused sandbox keeps its expiry, and is deleted with its snapshots when it expires.")
+	fs.Int64Var(&o.MaxSnapshotBytes, "max-snapshot-bytes", o.MaxSnapshotBytes, "Largest compressed layer of a replica's changes a pause takes (SnapshotFailed beyond); 0: sandbox-snapshotter's own limit.")
 	fs.DurationVar(&o.CertificateLifetime, "certificate-lifetime", o.CertificateLifetime, "Lifetime of sandbox-apiserver's certificate; it is renewed when a third of it is left.")
 }
 
@@ -165,6 +192,12 @@ func (o *Options) Validate() error {
 	}
 	if o.PKINamespace == "" || o.CASecret == "" || o.ManagePKI && (o.APIServerSecret == "" || o.APIServerService == "") {
 		return errors.New("--pki-namespace, --ca-secret, and with --manage-pki --apiserver-secret and --apiserver-service, must not be empty")
+	}
+	if o.MaxSnapshotBytes < 0 {
+		return errors.New("--max-snapshot-bytes must not be negative")
+	}
+	if o.SnapshotRegistry != "" && (strings.Contains(o.SnapshotRegistry, "/") || o.SnapshotRegistrySecret == "") {
+		return errors.New("--snapshot-registry is a host[:port], without a path (the path is --snapshot-repository-prefix), and needs --snapshot-registry-secret")
 	}
 	if o.CALifetime < time.Hour || o.CertificateLifetime < time.Hour {
 		return errors.New("--ca-lifetime and --certificate-lifetime must be at least 1h")
@@ -212,12 +245,16 @@ func (o *Options) Run(ctx context.Context) error {
 		// Safe because Run returns right after the manager stopped.
 		LeaderElectionReleaseOnCancel: true,
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.InProcessRestart)},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                   {Label: ownedSelector},
-			&corev1.Secret{}:                {Namespaces: map[string]cache.Config{o.PKINamespace: {}}},
-			&corev1.ConfigMap{}:             {Namespaces: map[string]cache.Config{o.PKINamespace: {}}, Field: fields.OneTermEqualSelector("metadata.name", o.EgressConfigMap)},
-			&apiregistrationv1.APIService{}: {Field: fields.OneTermEqualSelector("metadata.name", o.APIService)},
-		}},
+		Cache: cache.Options{
+			// Nothing here reads managedFields, and they are a fifth of a cached pod: at 10,000
+			// sandboxes that is 50 MB of heap, twice that in RSS.
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}:                   {Label: ownedSelector, Transform: sandboxpod.Slim},
+				&corev1.Secret{}:                {Namespaces: map[string]cache.Config{o.PKINamespace: {}}},
+				&corev1.ConfigMap{}:             {Namespaces: map[string]cache.Config{o.PKINamespace: {}}, Field: fields.OneTermEqualSelector("metadata.name", o.EgressConfigMap)},
+				&apiregistrationv1.APIService{}: {Field: fields.OneTermEqualSelector("metadata.name", o.APIService)},
+			}},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -234,11 +271,13 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	checker.SnapshotRegistry = o.SnapshotRegistry
 	authority := pki.NewAuthority(nil)
 	if err := (&pki.Reconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Authority: authority, Namespace: o.PKINamespace,
 		CASecret: o.CASecret, APIServerSecret: o.APIServerSecret, APIServerService: o.APIServerService,
 		APIService: o.APIService, Manage: o.ManagePKI, CALifetime: o.CALifetime, CertificateLifetime: o.CertificateLifetime,
+		SnapshotterSecret: o.SnapshotterSecret,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pki controller: %w", err)
 	}
@@ -275,14 +314,34 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := mgr.Add(taskWatcher); err != nil {
 		return err
 	}
+	var snapshots *batchsandbox.Snapshots
+	if o.SnapshotRegistry != "" {
+		registry := snapshot.Registry{Host: o.SnapshotRegistry, Prefix: o.SnapshotRepositoryPrefix}
+		runner := &snapshot.Runner{Agent: &snapshot.HTTPAgent{Creds: authority}}
+		if err := mgr.Add(runner); err != nil {
+			return err
+		}
+		snapshots = &batchsandbox.Snapshots{
+			Registry: registry,
+			Runner:   runner,
+			Deleter: &snapshot.RegistryClient{Registry: registry,
+				Source: snapshot.SecretSource{Reader: mgr.GetClient(), Namespace: o.PKINamespace, Name: o.SnapshotRegistrySecret}},
+			MaxBytes: o.MaxSnapshotBytes,
+			// Read when a pause starts, not cached: a watch of ConfigMaps for that is not worth it.
+			Guard: &snapshot.PolicyGuard{Reader: mgr.GetAPIReader(), Namespace: o.PKINamespace, Registry: registry},
+		}
+	}
 	if err := (&batchsandbox.Reconciler{
-		Client:     mgr.GetClient(),
-		Recorder:   recorder,
-		ExecdImage: o.ExecdImage,
-		Authority:  authority,
-		Certifier:  certifier,
-		Egress:     enforcer,
-		Tasks:      taskWatcher,
+		Client:    mgr.GetClient(),
+		Snapshots: snapshots,
+		// A Paused sandbox's clock stops only with the flag.
+		PauseStopsExpiry: o.PauseStopsExpiry,
+		Recorder:         recorder,
+		ExecdImage:       o.ExecdImage,
+		Authority:        authority,
+		Certifier:        certifier,
+		Egress:           enforcer,
+		Tasks:            taskWatcher,
 	}).SetupWithManager(mgr, o.MaxConcurrentReconciles); err != nil {
 		return fmt.Errorf("set up batchsandbox controller: %w", err)
 	}

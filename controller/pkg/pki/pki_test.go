@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
 )
 
 var start = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -369,4 +371,43 @@ func handshake(t *testing.T, ca *CA, now time.Time, getCert func(*tls.Certificat
 		return serverErr
 	}
 	return clientErr
+}
+
+// TestReconcileSnapshotterSecret: with SnapshotterSecret, sandbox-snapshotter gets a serving
+// certificate for snapshotterapi.ServerName from the CA, and the bundle to verify the
+// controller with; nothing is written again at rest.
+func TestReconcileSnapshotterSecret(t *testing.T) {
+	e := newPKIEnv(t, true, apiService())
+	e.r.SnapshotterSecret = DefaultSnapshotterSecret
+	e.reconcile()
+	if !slices.Contains(e.writes, "create *v1.Secret "+DefaultSnapshotterSecret) {
+		t.Fatalf("writes %v: no %s", e.writes, DefaultSnapshotterSecret)
+	}
+	caSecret := e.secret(DefaultCASecret)
+	ca, err := ParseCA(caSecret.Data[SecretCertKey], caSecret.Data[SecretKeyKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := e.secret(DefaultSnapshotterSecret)
+	certs, _, err := ParseKeyPair(sec.Data[SecretCertKey], sec.Data[SecretKeyKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, DNSName: snapshotterapi.ServerName, CurrentTime: start,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("sandbox-snapshotter's certificate does not verify for %s: %v", snapshotterapi.ServerName, err)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, CurrentTime: start, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Error("sandbox-snapshotter's certificate is also a client certificate")
+	}
+	if string(sec.Data[SecretCAKey]) != string(caSecret.Data[SecretCAKey]) {
+		t.Error("the Secret's ca.crt is not the CA bundle")
+	}
+	e.writes = nil
+	e.reconcile()
+	if len(e.writes) != 0 {
+		t.Errorf("a second reconcile wrote %v", e.writes)
+	}
 }

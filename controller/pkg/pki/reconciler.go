@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
 )
 
 // Defaults of the names and lifetimes of the kube-sandbox PKI.
@@ -45,6 +46,11 @@ const (
 	DefaultCertificateLifetime = 30 * 24 * time.Hour
 
 	caCommonName = "kube-sandbox-ca"
+
+	// DefaultSnapshotterSecret is sandbox-snapshotter's Secret.
+	DefaultSnapshotterSecret = "sandbox-snapshotter-tls"
+	// SnapshotterIdentity is the common name of sandbox-snapshotter's certificate.
+	SnapshotterIdentity = "kube-sandbox:sandbox-snapshotter"
 )
 
 // newCA makes a kube-sandbox CA named for the time it was made (as Kubernetes names its
@@ -72,6 +78,9 @@ type Reconciler struct {
 	// APIServerService is the Service in front of sandbox-apiserver: its DNS names go into
 	// the serving certificate, as the aggregator verifies them.
 	APIServerService string
+	// SnapshotterSecret is sandbox-snapshotter's serving certificate (for
+	// snapshotterapi.ServerName) and the CA bundle (ca.crt) it verifies clients with; "": none.
+	SnapshotterSecret string
 	// APIService gets the CA bundle as its caBundle; "" leaves APIServices alone.
 	APIService string
 	// Manage: the controller makes and rotates the CA and keeps the apiserver's Secret and
@@ -120,7 +129,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		switch o.(type) {
 		case *corev1.Secret:
-			return o.GetNamespace() == r.Namespace && (o.GetName() == r.CASecret || o.GetName() == r.APIServerSecret)
+			return o.GetNamespace() == r.Namespace && (o.GetName() == r.CASecret || o.GetName() == r.APIServerSecret ||
+				r.SnapshotterSecret != "" && o.GetName() == r.SnapshotterSecret)
 		case *apiregistrationv1.APIService:
 			return r.APIService != "" && o.GetName() == r.APIService
 		}
@@ -155,6 +165,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		}
 		if due.Before(next) {
 			next = due
+		}
+		if r.SnapshotterSecret != "" {
+			due, err := r.ensureSnapshotterSecret(ctx, current, previous)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if due.Before(next) {
+				next = due
+			}
 		}
 		if err := r.ensureAPIService(ctx); err != nil {
 			return reconcile.Result{}, err
@@ -291,16 +310,32 @@ func (r *Reconciler) apiServerDNSNames() []string {
 // client certificate from the previous one while it is trusted) and the bundle current. It
 // returns when the certificate is due for renewal.
 func (r *Reconciler) ensureAPIServerSecret(ctx context.Context, current, previous *CA) (time.Time, error) {
+	leaf := Leaf{CommonName: execdapi.APIServerIdentity, DNSNames: r.apiServerDNSNames(),
+		ServerAuth: true, ClientAuth: true, Lifetime: r.certLifetime()}
+	// Only for pods that trust only the previous CA: a client certificate.
+	previousLeaf := &Leaf{CommonName: execdapi.APIServerIdentity, ClientAuth: true, Lifetime: r.certLifetime()}
+	return r.ensureSecret(ctx, r.APIServerSecret, "sandbox-apiserver", leaf, previousLeaf, current, previous)
+}
+
+// ensureSnapshotterSecret keeps sandbox-snapshotter's serving certificate and the bundle it
+// verifies the controller's client certificates with.
+func (r *Reconciler) ensureSnapshotterSecret(ctx context.Context, current, previous *CA) (time.Time, error) {
+	leaf := Leaf{CommonName: SnapshotterIdentity, DNSNames: []string{snapshotterapi.ServerName}, ServerAuth: true, Lifetime: r.certLifetime()}
+	return r.ensureSecret(ctx, r.SnapshotterSecret, "sandbox-snapshotter", leaf, nil, current, previous)
+}
+
+// ensureSecret keeps a component's Secret: leaf from the current CA, previousLeaf (if any)
+// from the previous one while it is trusted, and the bundle. It returns when the certificate is
+// due for renewal.
+func (r *Reconciler) ensureSecret(ctx context.Context, name, component string, leaf Leaf, previousLeaf *Leaf, current, previous *CA) (time.Time, error) {
 	secret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: r.Namespace, Name: r.APIServerSecret}
+	key := client.ObjectKey{Namespace: r.Namespace, Name: name}
 	err := r.Client.Get(ctx, key, secret)
 	exists := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
 		return time.Time{}, fmt.Errorf("get %s: %w", key, err)
 	}
 	now := r.now()
-	leaf := Leaf{CommonName: execdapi.APIServerIdentity, DNSNames: r.apiServerDNSNames(),
-		ServerAuth: true, ClientAuth: true, Lifetime: r.certLifetime()}
 	data := map[string][]byte{}
 	due := now.Add(r.certLifetime())
 	fresh := func(certKey, keyKey string, ca *CA, leaf Leaf) error {
@@ -334,10 +369,8 @@ func (r *Reconciler) ensureAPIServerSecret(ctx context.Context, current, previou
 	if err := fresh(SecretCertKey, SecretKeyKey, current, leaf); err != nil {
 		return time.Time{}, err
 	}
-	if previous != nil {
-		// Only for pods that trust only the previous CA: a client certificate.
-		if err := fresh(SecretPreviousCertKey, SecretPreviousKeyKey, previous,
-			Leaf{CommonName: execdapi.APIServerIdentity, ClientAuth: true, Lifetime: r.certLifetime()}); err != nil {
+	if previous != nil && previousLeaf != nil {
+		if err := fresh(SecretPreviousCertKey, SecretPreviousKeyKey, previous, *previousLeaf); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -356,7 +389,7 @@ func (r *Reconciler) ensureAPIServerSecret(ctx context.Context, current, previou
 	} else if err := r.Client.Update(ctx, secret); err != nil {
 		return time.Time{}, fmt.Errorf("update %s: %w", key, err)
 	}
-	log.FromContext(ctx).Info("issued sandbox-apiserver's certificate", "secret", key, "renewAt", due)
+	log.FromContext(ctx).Info("issued a certificate", "component", component, "secret", key, "renewAt", due)
 	return due, nil
 }
 

@@ -131,24 +131,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	}
-	for range p.create {
+	created, err := slowStartBatch(int(p.create), func() error {
 		pod := buildPod(pool, obs.revision, r.ExecdImage, clientCA, r.Egress.Sidecar(egress.IdleConfig()))
-		err := r.Client.Create(ctx, pod)
-		if err == nil {
-			r.expectations.created(key, pod.Name)
-			obs.pendingCreates++
-			continue
+		if err := r.Client.Create(ctx, pod); err != nil {
+			return err
 		}
-		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-			// The template cannot make a pod (or a quota or policy refuses it): retrying will not
-			// help until something changes, which brings an event.
-			problem = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: err.Error()}
-			if c := meta.FindStatusCondition(pool.Status.Conditions, controlv1alpha1.PoolConditionReady); c == nil || c.Reason != problem.Reason {
-				r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodCreateFailed, "CreatePod", "%v", err)
-			}
-			break
+		r.expectations.created(key, pod.Name)
+		return nil
+	})
+	obs.pendingCreates += int32(created)
+	if err != nil {
+		if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) && !apierrors.IsBadRequest(err) {
+			return reconcile.Result{}, fmt.Errorf("create pool pod: %w", err)
 		}
-		return reconcile.Result{}, fmt.Errorf("create pool pod: %w", err)
+		// The template cannot make a pod (or a quota or policy refuses it): retrying will not
+		// help until something changes, which brings an event.
+		problem = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: err.Error()}
+		if c := meta.FindStatusCondition(pool.Status.Conditions, controlv1alpha1.PoolConditionReady); c == nil || c.Reason != problem.Reason {
+			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodCreateFailed, "CreatePod", "%v", err)
+		}
 	}
 	statusDue, err := r.updateStatus(ctx, pool, obs, problem, p.pacedFor > 0)
 	if err != nil {
@@ -159,6 +160,39 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		requeue = statusDue
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// maxCreatesAtOnce bounds the pod creates of one reconcile in flight at once.
+const maxCreatesAtOnce = 32
+
+// slowStartBatch calls create n times, as the ReplicaSet controller creates pods: in batches
+// of 1, 2, 4, … (at most maxCreatesAtOnce) whose calls run at once, stopping after the first
+// batch with a failure, so that a template every create refuses costs one request, not n. It
+// returns how many creates succeeded and the first error.
+func slowStartBatch(n int, create func() error) (int, error) {
+	done := 0
+	for batch := 1; done < n; batch = min(2*batch, maxCreatesAtOnce) {
+		size := min(batch, n-done)
+		errs := make(chan error, size)
+		var wg sync.WaitGroup
+		for range size {
+			wg.Go(func() { errs <- create() })
+		}
+		wg.Wait()
+		close(errs)
+		var first error
+		for err := range errs {
+			if err == nil {
+				done++
+			} else if first == nil {
+				first = err
+			}
+		}
+		if first != nil {
+			return done, first
+		}
+	}
+	return done, nil
 }
 
 // admit checks the pool's template against its podSecurity. A refused template is a Problem

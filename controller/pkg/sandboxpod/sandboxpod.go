@@ -345,10 +345,13 @@ func injectEgress(spec *corev1.PodSpec, e *Egress, clientCA []byte, readinessPer
 		// and it returns once the filter is in (a startup probe would add up to its period).
 		// Readiness: a policy that cannot be applied makes the pod not Ready (as slowly probed
 		// as execd's in a pool, where hundreds of idle pods would otherwise cost the node a CPU).
+		// Three failures in a row, as for execd: one probe that times out on a busy node must
+		// not take a sandbox out of use. Nothing fails open meanwhile: a policy that cannot be
+		// applied leaves the filter denying, and its push fails to the controller at once.
 		Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
 			Command: []string{EgressPath, "wait-ready"},
 		}}},
-		ReadinessProbe: probe(readinessPeriod, 1),
+		ReadinessProbe: probe(readinessPeriod, 3),
 		LivenessProbe: &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: egressapi.HealthzPath, Port: intstr.FromInt32(egressapi.HealthPort)}},
 			PeriodSeconds:    30,
@@ -371,4 +374,27 @@ func injectEgress(spec *corev1.PodSpec, e *Egress, clientCA []byte, readinessPer
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 	spec.InitContainers = append([]corev1.Container{c}, spec.InitContainers...)
+}
+
+// Slim is the cache transform of pods, in sandbox-controller and in sandbox-apiserver: of a
+// pod they read its metadata, its status, its node and the names of its containers (the
+// sandbox container is the first; which sidecars it has), and nothing else of its spec. Every write of a pod is a patch or a
+// delete, never an update of a cached copy, so nothing that is dropped here can be written
+// back. At 10,000 sandboxes the rest of the spec (env with the CA bundle, volumes,
+// probes, security contexts) is most of the cache.
+func Slim(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Status: pod.Status}
+	slim.ManagedFields = nil
+	slim.Spec.NodeName = pod.Spec.NodeName
+	for _, c := range pod.Spec.InitContainers {
+		slim.Spec.InitContainers = append(slim.Spec.InitContainers, corev1.Container{Name: c.Name})
+	}
+	for _, c := range pod.Spec.Containers {
+		slim.Spec.Containers = append(slim.Spec.Containers, corev1.Container{Name: c.Name})
+	}
+	return slim, nil
 }
