@@ -13,8 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
@@ -296,75 +294,7 @@ func (o *ExecOptions) setupTTY() bool {
 }
 
 // waitForReplica returns once the replica can take commands, and fails early, with the reason,
-// if it never will. It reads the sandbox, which answers at once for a sandbox in use (and says
-// when there is none), then watches it until the replica is ready.
+// if it never will.
 func (o *ExecOptions) waitForReplica(ctx context.Context) error {
-	waitCtx, cancel := context.WithTimeout(ctx, o.PodRunningTimeout)
-	defer cancel()
-	sb, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Get(waitCtx, o.Name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if ready, err := ReplicaReady(sb, o.Replica); ready || err != nil {
-		return err
-	}
-	last, err := cmdutil.WaitForSandbox(waitCtx, o.Client, o.Namespace, o.Name, func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
-		if sb == nil {
-			return false, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes"), o.Name)
-		}
-		return ReplicaReady(sb, o.Replica)
-	})
-	if last == nil {
-		last = sb
-	}
-	if err != nil && waitCtx.Err() != nil && ctx.Err() == nil {
-		return fmt.Errorf("sandbox %q replica %d is not ready after %s: %s", o.Name, o.Replica, o.PodRunningTimeout, describeNotReady(last))
-	}
-	return err
-}
-
-// ReplicaReady reports whether replica of sb can run commands, and an error if it cannot
-// become ready: the sandbox failed, is going away, or has no such replica.
-func ReplicaReady(sb *sandboxv1alpha1.Sandbox, replica int32) (bool, error) {
-	// The server reports a sandbox being deleted as Terminating (cmdutil.Phase).
-	if cmdutil.Phase(sb) == sandboxv1alpha1.PhaseTerminating {
-		return false, fmt.Errorf("cannot exec into sandbox %q: it is being deleted", sb.Name)
-	}
-	replicas := int32(1)
-	if sb.Spec.Replicas != nil {
-		replicas = *sb.Spec.Replicas
-	}
-	if replica >= replicas {
-		return false, fmt.Errorf("sandbox %q has %d replica(s); --replica must be between 0 and %d", sb.Name, replicas, replicas-1)
-	}
-	for _, p := range sb.Status.Pods {
-		if p.Replica == replica {
-			if p.Ready {
-				return true, nil
-			}
-			break
-		}
-	}
-	switch cmdutil.Phase(sb) {
-	case sandboxv1alpha1.PhaseFailed:
-		return false, fmt.Errorf("cannot exec into sandbox %q: %s", sb.Name, describeNotReady(sb))
-	case sandboxv1alpha1.PhaseRunning:
-		// A running sandbox whose status does not list its pods is trusted as a whole.
-		return len(sb.Status.Pods) == 0, nil
-	}
-	return false, nil
-}
-
-// describeNotReady is the phase and, if there is one, the Ready condition's reason and message.
-func describeNotReady(sb *sandboxv1alpha1.Sandbox) string {
-	s := "phase " + string(cmdutil.Phase(sb))
-	for _, c := range sb.Status.Conditions {
-		if c.Type == "Ready" && c.Status != metav1.ConditionTrue {
-			s += fmt.Sprintf(", %s", c.Reason)
-			if c.Message != "" {
-				s += ": " + c.Message
-			}
-		}
-	}
-	return s
+	return cmdutil.WaitForReplica(ctx, o.Client, o.Namespace, o.Name, o.Replica, o.PodRunningTimeout, "exec into")
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,7 +20,6 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/utils/exec"
-	"k8s.io/utils/ptr"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
@@ -48,24 +46,7 @@ func (e *fakeExecutor) ExecuteWithContext(_ context.Context, u *url.URL, config 
 	return e.err
 }
 
-func sandbox(name string, replicas int32, phase sandboxv1alpha1.SandboxPhase, readyReplicas ...int32) *sandboxv1alpha1.Sandbox {
-	sb := &sandboxv1alpha1.Sandbox{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cmdtesting.Namespace},
-		Spec:       sandboxv1alpha1.SandboxSpec{Replicas: ptr.To(replicas)},
-		Status:     sandboxv1alpha1.SandboxStatus{Phase: phase, Replicas: replicas},
-	}
-	for r := range replicas {
-		ready := false
-		for _, rr := range readyReplicas {
-			ready = ready || rr == r
-		}
-		sb.Status.Pods = append(sb.Status.Pods, sandboxv1alpha1.SandboxPodStatus{Replica: r, Name: name + "-pod", Ready: ready})
-		if ready {
-			sb.Status.Ready++
-		}
-	}
-	return sb
-}
+var sandbox = cmdtesting.Sandbox
 
 func TestExec(t *testing.T) {
 	running := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning, 0)
@@ -243,6 +224,8 @@ func TestExecWaitsForReplica(t *testing.T) {
 	ready := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning, 0)
 	failed := sandbox("sb", 1, sandboxv1alpha1.PhaseFailed)
 	failed.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "ImagePullFailed"}}
+	paused := sandbox("sb", 1, sandboxv1alpha1.PhasePaused)
+	paused.Spec.Paused = true
 	tests := []struct {
 		name  string
 		first *sandboxv1alpha1.Sandbox
@@ -260,6 +243,8 @@ func TestExecWaitsForReplica(t *testing.T) {
 			wantErr: `sandbox "sb" replica 0 is not ready after 300ms: phase Pending, PodsNotReady`},
 		{name: "fails while waiting", first: pending, then: []*sandboxv1alpha1.Sandbox{failed}, timeout: "5s", wantWatch: true,
 			wantErr: `cannot exec into sandbox "sb": phase Failed, ImagePullFailed`},
+		{name: "paused", first: paused, timeout: "5s",
+			wantErr: `cannot exec into sandbox "sb": it is paused (phase Paused); 'kubectl sandbox resume sb' brings it back`},
 		{name: "deleted while waiting", first: pending, then: []*sandboxv1alpha1.Sandbox{nil}, timeout: "5s", wantWatch: true,
 			wantErr: `sandboxes.sandbox.kube-sandbox.io "sb" not found`},
 	}
@@ -317,45 +302,6 @@ func TestExecWaitsForReplica(t *testing.T) {
 			}
 			if !executor.called {
 				t.Errorf("executor not called")
-			}
-		})
-	}
-}
-
-func TestReplicaReady(t *testing.T) {
-	// As the server shows a sandbox being deleted, its pods still ready.
-	deleting := sandbox("sb", 1, sandboxv1alpha1.PhaseTerminating, 0)
-	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	noPods := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning)
-	noPods.Status.Pods = nil
-	defaulted := sandbox("sb", 1, sandboxv1alpha1.PhaseRunning, 0)
-	defaulted.Spec.Replicas = nil
-
-	tests := []struct {
-		name    string
-		sb      *sandboxv1alpha1.Sandbox
-		replica int32
-		want    bool
-		wantErr string
-	}{
-		{name: "ready replica", sb: sandbox("sb", 2, sandboxv1alpha1.PhasePending, 1), replica: 1, want: true},
-		{name: "other replica not ready", sb: sandbox("sb", 2, sandboxv1alpha1.PhasePending, 1), replica: 0, want: false},
-		{name: "running without pod list", sb: noPods, want: true},
-		{name: "replicas default to one", sb: defaulted, replica: 1, wantErr: "has 1 replica(s)"},
-		{name: "being deleted", sb: deleting, wantErr: "it is being deleted"},
-		{name: "failed", sb: sandbox("sb", 1, sandboxv1alpha1.PhaseFailed), wantErr: "phase Failed"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ReplicaReady(tt.sb, tt.replica)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Errorf("ReplicaReady = %v, %v; want %v", got, err, tt.want)
 			}
 		})
 	}

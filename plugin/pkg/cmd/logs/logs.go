@@ -5,13 +5,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
 	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
@@ -26,7 +29,11 @@ var (
 		its standard output and error, interleaved as they came, from its current attempt, or
 		with --previous from the attempt before (a task retried with --task-restart=OnFailure).
 		With -f the output streams until the attempt ends. The log lives in the replica's pod:
-		a sandbox created with --release deletes it with the pod once the task has ended.`)
+		a sandbox created with --release deletes it with the pod once the task has ended.
+
+		A replica whose pod is not ready yet (a sandbox just created, a pod being replaced or
+		failing a readiness probe for a moment) is waited for, as kubectl logs waits for a pod,
+		up to --pod-running-timeout.`)
 
 	logsExample = cmdutil.Examples(`
 		# Print the output of the task of sandbox eval
@@ -49,16 +56,23 @@ type LogsOptions struct {
 	Tail int64
 	// LimitBytes bounds the bytes printed; 0: no bound, as kubectl logs'.
 	LimitBytes int64
+	// PodRunningTimeout bounds the wait for a replica that is not ready.
+	PodRunningTimeout time.Duration
 
 	Namespace  string
 	RESTClient rest.Interface
+	Client     clientset.Interface
 
 	genericiooptions.IOStreams
 }
 
-// NewLogsOptions returns LogsOptions with kubectl logs' defaults: the whole log.
+// defaultPodRunningTimeout is kubectl logs' own.
+const defaultPodRunningTimeout = 20 * time.Second
+
+// NewLogsOptions returns LogsOptions with kubectl logs' defaults: the whole log, a wait of 20 s
+// for a replica that is not ready.
 func NewLogsOptions(streams genericiooptions.IOStreams) *LogsOptions {
-	return &LogsOptions{Tail: -1, IOStreams: streams}
+	return &LogsOptions{Tail: -1, PodRunningTimeout: defaultPodRunningTimeout, IOStreams: streams}
 }
 
 // NewCmdLogs returns the `logs` command.
@@ -86,6 +100,7 @@ func NewCmdLogs(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Co
 	cmd.Flags().BoolVarP(&o.Previous, "previous", "p", o.Previous, "Print the output of the previous attempt of the task, if there was one.")
 	cmd.Flags().Int64Var(&o.Tail, "tail", o.Tail, "Lines of the end of the output to print; -1: all of it.")
 	cmd.Flags().Int64Var(&o.LimitBytes, "limit-bytes", o.LimitBytes, "Bytes of output to print at most; 0: no limit.")
+	cmd.Flags().DurationVar(&o.PodRunningTimeout, "pod-running-timeout", o.PodRunningTimeout, "How long to wait for a replica that is not ready (like 5s, 2m, or 3h, higher than zero).")
 	return cmd
 }
 
@@ -113,6 +128,9 @@ func (o *LogsOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []str
 		return fmt.Errorf("create sandbox REST client: %w", err)
 	}
 	o.RESTClient = typed.RESTClient()
+	if o.Client, err = f.SandboxClient(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -126,6 +144,9 @@ func (o *LogsOptions) Validate() error {
 	}
 	if o.LimitBytes < 0 {
 		return fmt.Errorf("--limit-bytes must be 0 (no limit) or more, got %d", o.LimitBytes)
+	}
+	if o.PodRunningTimeout <= 0 {
+		return fmt.Errorf("--pod-running-timeout must be higher than zero, got %s", o.PodRunningTimeout)
 	}
 	return nil
 }
@@ -145,15 +166,17 @@ func (o *LogsOptions) options() *sandboxv1alpha1.SandboxLogOptions {
 }
 
 // Run streams the log to the output until the server ends it, or ctx ends (an interrupted
-// follow).
+// follow). A replica the server says is not ready (503) is waited for, then asked again: the
+// log is asked for first because the server answers at once where no wait would help (a
+// replica without a task, a pod released with its log).
 func (o *LogsOptions) Run(ctx context.Context) error {
-	stream, err := o.RESTClient.Get().
-		Namespace(o.Namespace).
-		Resource("sandboxes").
-		Name(o.Name).
-		SubResource("log").
-		VersionedParams(o.options(), scheme.ParameterCodec).
-		Stream(ctx)
+	stream, err := o.stream(ctx)
+	if apierrors.IsServiceUnavailable(err) {
+		if werr := cmdutil.WaitForReplica(ctx, o.Client, o.Namespace, o.Name, o.Replica, o.PodRunningTimeout, "read the log of"); werr != nil {
+			return fmt.Errorf("%w (%v)", err, werr)
+		}
+		stream, err = o.stream(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -162,4 +185,15 @@ func (o *LogsOptions) Run(ctx context.Context) error {
 		return fmt.Errorf("read the log of sandbox %q: %w", o.Name, err)
 	}
 	return nil
+}
+
+// stream asks for the log.
+func (o *LogsOptions) stream(ctx context.Context) (io.ReadCloser, error) {
+	return o.RESTClient.Get().
+		Namespace(o.Namespace).
+		Resource("sandboxes").
+		Name(o.Name).
+		SubResource("log").
+		VersionedParams(o.options(), scheme.ParameterCodec).
+		Stream(ctx)
 }

@@ -20,6 +20,22 @@ import (
 
 const logPath = sandboxserver.Prefix + cmdtesting.Namespace + "/sandboxes/eval/log"
 
+// runLogs runs kubectl sandbox logs against srv as its user, and returns what it printed and
+// the error as kubectl prints it.
+func runLogs(srv *sandboxserver.Server, args ...string) (out, msg string) {
+	streams, _, stdout, _ := genericiooptions.NewTestIOStreams()
+	f := cmdtesting.NewServerFactory(srv.URL)
+	f.RESTConfig.BearerToken = sandboxserver.UserToken
+	cmd := NewCmdLogs(f, streams)
+	cmd.SetArgs(args)
+	cmd.SilenceErrors, cmd.SilenceUsage = true, true
+	var errOut bytes.Buffer
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		cmdutil.PrintError(&errOut, err)
+	}
+	return stdout.String(), errOut.String()
+}
+
 func TestLogs(t *testing.T) {
 	srv := sandboxserver.New(t, cmdtesting.Namespace)
 	srv.Add(&sandboxv1alpha1.Sandbox{
@@ -124,20 +140,11 @@ func TestLogs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_ = srv.Requests()
-			streams, _, out, _ := genericiooptions.NewTestIOStreams()
-			f := cmdtesting.NewServerFactory(srv.URL)
-			f.RESTConfig.BearerToken = sandboxserver.UserToken
-			cmd := NewCmdLogs(f, streams)
-			cmd.SetArgs(tt.args)
-			cmd.SilenceErrors, cmd.SilenceUsage = true, true
-			var msg bytes.Buffer
-			if err := cmd.ExecuteContext(context.Background()); err != nil {
-				cmdutil.PrintError(&msg, err)
+			out, msg := runLogs(srv, tt.args...)
+			if msg != tt.wantErr {
+				t.Errorf("error %q, want %q", msg, tt.wantErr)
 			}
-			if msg.String() != tt.wantErr {
-				t.Errorf("error %q, want %q", msg.String(), tt.wantErr)
-			}
-			if diff := cmp.Diff(tt.wantOut, out.String()); diff != "" {
+			if diff := cmp.Diff(tt.wantOut, out); diff != "" {
 				t.Errorf("output (-want +got):\n%s", diff)
 			}
 			requests := srv.Requests()
@@ -156,6 +163,69 @@ func TestLogs(t *testing.T) {
 			}
 			if r.RawQuery != *tt.wantQuery {
 				t.Errorf("query %q, want %q", r.RawQuery, *tt.wantQuery)
+			}
+		})
+	}
+}
+
+// TestLogsWaitsForReplica: a replica the server says is not ready (503) is waited for with a
+// watch of the sandbox, and its log asked for again once it is ready; a wait that times out
+// says what the server said and what the sandbox last showed.
+func TestLogsWaitsForReplica(t *testing.T) {
+	notReady := &sandboxv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: "eval"},
+		Spec: sandboxv1alpha1.SandboxSpec{
+			TaskTemplate: &sandboxv1alpha1.SandboxTaskTemplate{Command: []string{"python3", "eval.py"}},
+		},
+		Status: sandboxv1alpha1.SandboxStatus{
+			Phase:      sandboxv1alpha1.PhaseRunning,
+			Pods:       []sandboxv1alpha1.SandboxPodStatus{{Replica: 0, Name: "eval-0"}},
+			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "PodsNotReady", Message: "0/1 pods ready"}},
+		},
+	}
+	tests := []struct {
+		name string
+		args []string
+		// ready: the replica becomes ready once the wait watches.
+		ready    bool
+		wantOut  string
+		wantErr  string
+		wantLogs int
+	}{
+		{name: "ready while waited for", args: []string{"eval"}, ready: true, wantOut: "done\n", wantLogs: 2},
+		{name: "never ready", args: []string{"eval", "--pod-running-timeout", "300ms"}, wantLogs: 1,
+			wantErr: "Error from server (ServiceUnavailable): sandbox \"eval\" is not ready: pod eval-0 of replica 0 is being set up (its execd is not certified or allocated yet) " +
+				"(sandbox \"eval\" replica 0 is not ready after 300ms: phase Running, PodsNotReady: 0/1 pods ready)\n"},
+		{name: "no wait of zero", args: []string{"eval", "--pod-running-timeout", "0s"},
+			wantErr: "error: --pod-running-timeout must be higher than zero, got 0s\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := sandboxserver.New(t, cmdtesting.Namespace)
+			srv.Add(notReady.DeepCopy())
+			srv.SetTaskLog("eval", 0, false, "done\n")
+			if tt.ready {
+				srv.WatchStarted = func() {
+					srv.Modify("eval", func(sb *sandboxv1alpha1.Sandbox) {
+						sb.Status.Pods[0].Ready, sb.Status.Conditions = true, nil
+					})
+				}
+			}
+			out, msg := runLogs(srv, tt.args...)
+			if msg != tt.wantErr {
+				t.Errorf("error %q, want %q", msg, tt.wantErr)
+			}
+			if out != tt.wantOut {
+				t.Errorf("output %q, want %q", out, tt.wantOut)
+			}
+			logs := 0
+			for _, r := range srv.Requests() {
+				if r.Path == logPath {
+					logs++
+				}
+			}
+			if logs != tt.wantLogs {
+				t.Errorf("%d log requests, want %d: %v", logs, tt.wantLogs, srv.Requests())
 			}
 		})
 	}

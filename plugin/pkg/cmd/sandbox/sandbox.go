@@ -22,6 +22,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/logs"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/ls"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/network"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/pause"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/portforward"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/renew"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/tasks"
@@ -125,6 +126,8 @@ func NewCmdSandboxWithFactory(f cmdutil.Factory, streams genericiooptions.IOStre
 		logs.NewCmdLogs(f, streams),
 		wait.NewCmdWait(f, streams),
 		renew.NewCmdRenew(f, streams),
+		pause.NewCmdPause(f, streams),
+		pause.NewCmdResume(f, streams),
 		network.NewCmdNetwork(f, streams),
 		delete.NewCmdDelete(f, streams),
 		newCmdOptions(streams),

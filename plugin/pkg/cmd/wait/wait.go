@@ -42,6 +42,7 @@ const forCondition = "condition="
 var phases = []sandboxv1alpha1.SandboxPhase{
 	sandboxv1alpha1.PhasePending,
 	sandboxv1alpha1.PhaseRunning,
+	sandboxv1alpha1.PhasePaused,
 	sandboxv1alpha1.PhaseSucceeded,
 	sandboxv1alpha1.PhaseFailed,
 	sandboxv1alpha1.PhaseExpired,
@@ -52,7 +53,7 @@ var (
 		Wait for sandboxes to reach a phase, to meet a condition, or to be deleted.
 
 		The command waits for each sandbox in turn until its phase is the one given with
-		--for (Pending, Running, Succeeded, Failed or Expired, in any case), until its
+		--for (Pending, Running, Paused, Succeeded, Failed or Expired, in any case), until its
 		condition TYPE has the status STATUS with --for=condition=TYPE[=STATUS] (True by
 		default; any case, as kubectl wait), or with --for=delete until it is gone.
 		--for=TasksComplete is short for --for=condition=TasksComplete: every replica's task

@@ -43,7 +43,8 @@ var logCodec = func() runtime.ParameterCodec {
 // serveLog answers GET .../sandboxes/NAME/log as the real server does, with the log set by
 // SetTaskLog: tailLines and limitBytes applied, follow ending with the log (the test's task
 // has ended). Its refusals are the real server's: invalid options, a sandbox without a task,
-// a replica it does not have, a replica without a log yet.
+// a replica it does not have, a replica whose pod status lists it not ready (503), a replica
+// without a log yet.
 func (s *Server) serveLog(w http.ResponseWriter, req *http.Request, name string) {
 	if req.Method != http.MethodGet {
 		writeStatus(w, apierrors.NewMethodNotSupported(sandboxv1alpha1.Resource("sandboxes/log"), req.Method))
@@ -70,6 +71,12 @@ func (s *Server) serveLog(w http.ResponseWriter, req *http.Request, name string)
 	if opts.Replica >= replicas {
 		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("sandbox %q has %d replica(s); replica %d does not exist", name, replicas, opts.Replica)))
 		return
+	}
+	for _, p := range sb.Status.Pods {
+		if p.Replica == opts.Replica && !p.Ready {
+			writeStatus(w, apierrors.NewServiceUnavailable(fmt.Sprintf("sandbox %q is not ready: pod %s of replica %d is being set up (its execd is not certified or allocated yet)", name, p.Name, p.Replica)))
+			return
+		}
 	}
 	s.mu.Lock()
 	log, ok := s.logs[taskLogKey{name, opts.Replica, opts.Previous}]

@@ -1,0 +1,216 @@
+// Package pause implements `kubectl sandbox pause` and `kubectl sandbox resume`.
+package pause
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/util/retry"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+)
+
+// defaultTimeout of --wait: a snapshot of a few hundred megabytes, or a pod pulling one.
+const defaultTimeout = 5 * time.Minute
+
+var (
+	pauseLong = cmdutil.LongDesc(`
+		Pause a sandbox: the filesystem of each replica is snapshotted into an image in the
+		platform's snapshot registry, and its pod is deleted, so that an idle sandbox holds no
+		node. 'kubectl sandbox resume' brings the same sandbox back.
+
+		Kept: the sandbox container's files (apart from volumes and /proc, /sys, /dev), the
+		name, labels, spec, network policy, and the identity exec, files and proxy use. Not
+		kept: processes and memory; the entrypoint starts again on resume. A paused sandbox
+		keeps its expiry (unless the platform runs with --pause-stops-expiry), and an expired
+		or deleted one takes its snapshots with it.
+
+		The sandbox is Pausing while the snapshots are taken, then Paused. If a snapshot
+		fails, its pod is kept and the sandbox stays usable; the condition Paused says why
+		(SnapshotFailed, RegistryUnavailable) and the snapshot is tried again. No pause starts
+		while the platform's admission policy does not guard the registry's snapshots
+		(SnapshotPolicyMissing). A sandbox that runs tasks cannot pause. Pausing needs the
+		right to update sandboxes.
+
+		With --wait the command returns once the sandbox is Paused.`)
+
+	pauseExample = cmdutil.Examples(`
+		# Pause sandbox my-sandbox
+		kubectl sandbox pause my-sandbox
+
+		# Pause it and wait until its pods are gone
+		kubectl sandbox pause my-sandbox --wait`)
+
+	resumeLong = cmdutil.LongDesc(`
+		Resume a paused sandbox: each replica gets a new pod made from its snapshot (a pooled
+		sandbox's from its pool's template, as pods of its own), with the sandbox's current
+		spec and network policy. The files are as they were at the pause; processes start
+		anew. Resuming a sandbox that is still pausing calls the pause off.
+
+		The sandbox is Resuming until its pods are ready, then Running. While the registry
+		does not answer, it stays Paused (condition Paused, reason RegistryUnavailable) and
+		resumes once it does. Resuming needs the right to update sandboxes.
+
+		With --wait the command returns once the sandbox is Running.`)
+
+	resumeExample = cmdutil.Examples(`
+		# Resume sandbox my-sandbox and wait until it runs again
+		kubectl sandbox resume my-sandbox --wait`)
+)
+
+// Options are the inputs of `kubectl sandbox pause` and `resume`.
+type Options struct {
+	Name string
+	// Paused is what the command sets spec.paused to.
+	Paused  bool
+	Wait    bool
+	Timeout time.Duration
+
+	Namespace string
+	Client    clientset.Interface
+
+	genericiooptions.IOStreams
+}
+
+// NewCmdPause returns the `pause` command.
+func NewCmdPause(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &Options{Paused: true, Timeout: defaultTimeout, IOStreams: streams}
+	return newCmd(f, o, "pause", "Snapshot a sandbox's filesystem and free its pods", pauseLong, pauseExample)
+}
+
+// NewCmdResume returns the `resume` command.
+func NewCmdResume(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &Options{Paused: false, Timeout: defaultTimeout, IOStreams: streams}
+	return newCmd(f, o, "resume", "Bring a paused sandbox back from its snapshots", resumeLong, resumeExample)
+}
+
+func newCmd(f cmdutil.Factory, o *Options, verb, short, long, example string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:                   verb + " NAME [--wait]",
+		DisableFlagsInUseLine: true,
+		Short:                 short,
+		Long:                  long,
+		Example:               example,
+		ValidArgsFunction:     cmdutil.SandboxNameCompletion(f, true),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(f, cmd, args); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().BoolVar(&o.Wait, "wait", o.Wait, "Wait until the sandbox is Paused (pause) or Running (resume).")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long --wait waits; zero checks once, negative waits without limit.")
+	return cmd
+}
+
+// Complete takes the name and the clients.
+func (o *Options) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return cmdutil.UsageErrorf(cmd, "one sandbox NAME is required, got %q", args)
+	}
+	o.Name = args[0]
+	var err error
+	if o.Namespace, _, err = f.Namespace(); err != nil {
+		return err
+	}
+	o.Client, err = f.SandboxClient()
+	return err
+}
+
+func (o *Options) verb() string {
+	if o.Paused {
+		return "paused"
+	}
+	return "resumed"
+}
+
+// Run sets spec.paused with an update (the verb RBAC authorizes pause and resume by), and with
+// --wait follows the sandbox until it is there.
+func (o *Options) Run(ctx context.Context) error {
+	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
+	changed := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sb, err := sandboxes.Get(ctx, o.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if sb.Spec.Paused == o.Paused {
+			return nil
+		}
+		sb.Spec.Paused = o.Paused
+		_, err = sandboxes.Update(ctx, sb, metav1.UpdateOptions{FieldValidation: metav1.FieldValidationStrict})
+		changed = err == nil
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if changed {
+		_, _ = fmt.Fprintf(o.Out, "sandbox/%s %s\n", o.Name, o.verb())
+	} else {
+		_, _ = fmt.Fprintf(o.Out, "sandbox/%s %s already\n", o.Name, o.verb())
+	}
+	if !o.Wait {
+		return nil
+	}
+	want := sandboxv1alpha1.PhaseRunning
+	if o.Paused {
+		want = sandboxv1alpha1.PhasePaused
+	}
+	waitCtx, cancel := ctx, context.CancelFunc(func() {})
+	if o.Timeout >= 0 {
+		waitCtx, cancel = context.WithTimeout(ctx, o.Timeout)
+	}
+	defer cancel()
+	start := time.Now()
+	last, err := cmdutil.WaitForSandbox(waitCtx, o.Client, o.Namespace, o.Name, func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
+		return Reached(sb, want)
+	})
+	if err != nil {
+		if waitCtx.Err() != nil && last != nil {
+			return fmt.Errorf("timed out after %s waiting for sandbox %q to be %s: it is %s%s", o.Timeout, o.Name, want, cmdutil.Phase(last), why(last))
+		}
+		return err
+	}
+	_, _ = fmt.Fprintf(o.Out, "sandbox/%s %s in %s\n", o.Name, want, time.Since(start).Round(10*time.Millisecond))
+	return nil
+}
+
+// Reached tells whether sb is in phase want, or can no longer get there: deleted, failed or
+// expired.
+func Reached(sb *sandboxv1alpha1.Sandbox, want sandboxv1alpha1.SandboxPhase) (bool, error) {
+	if sb == nil {
+		return false, fmt.Errorf("the sandbox was deleted")
+	}
+	switch phase := cmdutil.Phase(sb); phase {
+	case want:
+		return true, nil
+	case sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.PhaseExpired, sandboxv1alpha1.PhaseTerminating:
+		return false, fmt.Errorf("sandbox %q is %s%s", sb.Name, phase, why(sb))
+	}
+	if c := meta.FindStatusCondition(sb.Status.Conditions, controlv1alpha1.ConditionPaused); c != nil &&
+		c.Reason == controlv1alpha1.ReasonPauseNotSupported && c.ObservedGeneration == sb.Generation {
+		return false, fmt.Errorf("sandbox %q cannot pause: %s", sb.Name, c.Message)
+	}
+	return false, nil
+}
+
+// why is the reason of the Paused condition, else of Ready, for a message.
+func why(sb *sandboxv1alpha1.Sandbox) string {
+	for _, t := range []string{controlv1alpha1.ConditionPaused, controlv1alpha1.ConditionReady} {
+		if c := meta.FindStatusCondition(sb.Status.Conditions, t); c != nil && c.Status != metav1.ConditionTrue {
+			return fmt.Sprintf(" (%s %s: %s)", t, c.Reason, c.Message)
+		}
+	}
+	return ""
+}
