@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build-cluster.sh: builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
-# (k8s.io/kubernetes $KUBE_VERSION), etcd, and gVisor's runsc and containerd-shim-runsc-v1 (the
-# local cluster's gvisor RuntimeClass) from the Go module proxy into _output/cluster/bin.
+# (k8s.io/kubernetes $KUBE_VERSION), etcd, gVisor's runsc and containerd-shim-runsc-v1 (the
+# local cluster's gvisor RuntimeClass) and the CNCF distribution registry (the local cluster's
+# OCI registry, for sandbox snapshots) from the Go module proxy into _output/cluster/bin.
 # The sources are pinned by the separate tools modules under hack/tools/ (never the root go.mod).
 # A binary is rebuilt only when its tools module changed, so a warm run costs nothing.
 set -euo pipefail
@@ -60,15 +61,18 @@ shim_vendor() {
 	echo "$dir"
 }
 
-targets=("${@:-kube-apiserver kube-controller-manager kube-scheduler kubelet etcd runsc containerd-shim-runsc-v1}")
+targets=("${@:-kube-apiserver kube-controller-manager kube-scheduler kubelet etcd runsc containerd-shim-runsc-v1 registry}")
 # gVisor's version, as runsc --version prints it: the pseudo-version pinned in its module.
 gvisor=$(awk 'NF >= 2 && $(NF-1) == "gvisor.dev/gvisor" {print $NF}' "$ROOT/hack/tools/gvisor/go.mod")
+# The registry's version, as registry --version prints it: the one pinned in its module.
+distribution=$(awk 'NF >= 2 && $(NF-1) == "github.com/distribution/distribution/v3" {print $NF}' "$ROOT/hack/tools/registry/go.mod")
 for t in ${targets[@]}; do
 	case $t in
 	etcd) build etcd etcd . ;;
 	runsc) build gvisor runsc gvisor.dev/gvisor/runsc "-X gvisor.dev/gvisor/runsc/version.version=$gvisor" ;;
 	containerd-shim-runsc-v1) build gvisor-shim containerd-shim-runsc-v1 gvisor.dev/gvisor/shim "" shim_vendor ;;
 	kube-*|kubelet) build k8s "$t" "k8s.io/kubernetes/cmd/$t" ;;
+	registry) build registry registry github.com/distribution/distribution/v3/cmd/registry "-X github.com/distribution/distribution/v3/version.version=$distribution" ;;
 	*) die "unknown target $t" ;;
 	esac
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # up.sh (make up): a real single-node Kubernetes on this machine with kube-sandbox installed.
-# Installs missing Debian packages, builds Kubernetes, etcd and gVisor (cached in _output),
-# builds the images (busybox and Python sandboxes, our components), starts the cluster, installs
+# Installs missing Debian packages, builds Kubernetes, etcd, gVisor and the OCI registry (cached in
+# _output), builds the images (busybox and Python sandboxes, our components), starts the cluster, installs
 # kube-sandbox from artifacts/ and the sample pool artifacts/samples/pool-python.yaml, and waits
 # until it is Ready. Run as root. Safe to run again: a
 # running cluster is kept.
@@ -14,7 +14,7 @@ SAMPLE_POOL=${SAMPLE_POOL:-1}
 POOL_TIMEOUT=${POOL_TIMEOUT:-180s}
 ensure_packages "${CLUSTER_PACKAGES[@]}"
 
-log "Kubernetes $KUBE_VERSION, etcd and gVisor binaries"
+log "Kubernetes $KUBE_VERSION, etcd, gVisor and registry binaries"
 "$ROOT/hack/build-cluster.sh"
 log "images"
 "$ROOT/hack/images/build.sh" | sed 's/^/  /'
@@ -77,5 +77,6 @@ fi
 cat <<TXT
 
 Images on the node: $SANDBOX_IMAGE_PYTHON, $SANDBOX_IMAGE_BUSYBOX.
+The cluster's registry: https://$REGISTRY (pods pull from it without pull secrets).
 Stop everything with: make down
 TXT

@@ -16,7 +16,7 @@ go vet ./... || fail=1
 go vet -tags e2e ./test/e2e/... || fail=1
 
 log "go mod tidy"
-for m in . hack/tools/k8s hack/tools/etcd hack/tools/codegen hack/tools/gvisor hack/tools/gvisor-shim; do
+for m in . hack/tools/k8s hack/tools/etcd hack/tools/codegen hack/tools/gvisor hack/tools/gvisor-shim hack/tools/registry; do
 	(cd "$m" && go mod tidy -diff >/dev/null) || { echo "go.mod/go.sum of $m are not tidy: run go mod tidy there"; fail=1; }
 done
 

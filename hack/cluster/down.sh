@@ -2,13 +2,14 @@
 # down.sh [--wipe]: stops the local cluster that hack/cluster/up.sh started and cleans up after it:
 #   kubelet first; then every container of OUR containerd (ctr -a $CONTAINERD_SOCK), leftover
 #   processes in our kubepods cgroups and shims of our socket; containerd; then the control plane
-#   (scheduler, controller-manager, apiserver, etcd) and any other process with a PID file in
-#   $RUN/pids. Unmounts our mounts and pod network namespaces, removes our empty pod cgroups,
+#   (scheduler, controller-manager, apiserver, etcd), the registry, and any other process with a
+#   PID file in $RUN/pids. Unmounts our mounts and pod network namespaces, removes our empty pod cgroups,
 #   deletes the bridges $HOST_BRIDGE and $POD_BRIDGE and the CNI IPAM state, removes the nat
 #   CNI-* chains the bridge plugin's ipMasq left for pods that were killed (cluster_nat_chains:
 #   only chains of $CNI_NETWORK for $POD_CIDR), and sets net.ipv4.ip_forward back to the value
 #   up.sh recorded in $IP_FORWARD_SAVED (the bridge plugin, isGateway, turns it on as well).
-#   --wipe  also removes $RUN (etcd data, containerd images, kubelet dir, logs).
+#   --wipe  also removes $RUN (etcd data, containerd images, kubelet dir, logs) and the
+#           registry's storage $REGISTRY_DATA (otherwise kept, like etcd's data).
 # Processes are stopped by PID (PID files; pod cgroups; shims with our -address only).
 # Idempotent: exits 0 when nothing is running.
 set -euo pipefail
@@ -119,7 +120,7 @@ for d in $(cluster_cgroup_dirs); do
 done
 
 # 3. control plane, then anything else up.sh or a test recorded in $RUN/pids
-stop_parallel kube-scheduler kube-controller-manager kube-apiserver
+stop_parallel kube-scheduler kube-controller-manager kube-apiserver registry
 stop etcd
 for f in "$RUN"/pids/*.pid; do [ -e "$f" ] && stop "$(basename "$f" .pid)"; done
 
@@ -167,6 +168,17 @@ if [ -f "$IP_FORWARD_SAVED" ]; then
 	esac
 	rm -f "$IP_FORWARD_SAVED"
 fi
+# The ARP table's thresholds as they were before up.sh raised them
+if [ -f "$NEIGH_SAVED" ]; then
+	read -r -a prev <"$NEIGH_SAVED" || true
+	if [ "${#prev[@]}" = 3 ] && [[ "${prev[*]}" =~ ^[0-9]+\ [0-9]+\ [0-9]+$ ]]; then
+		for i in 1 2 3; do echo "${prev[$((i - 1))]}" >"/proc/sys/net/ipv4/neigh/default/gc_thresh$i"; done
+		log "ARP table thresholds restored to ${prev[*]}"
+	else
+		log "WARNING: $NEIGH_SAVED holds '${prev[*]}', not three numbers: the ARP table's thresholds left as they are"
+	fi
+	rm -f "$NEIGH_SAVED"
+fi
 # libcni's result cache is hard-coded to /var/lib/cni: remove the entries of our network only
 for f in /var/lib/cni/results/"$CNI_NETWORK"-*; do
 	[ -e "$f" ] || continue
@@ -207,5 +219,9 @@ if [ $WIPE = 1 ] && [ -d "$RUN" ]; then
 	[ -z "$left" ] || die "mounts remain under $RUN, not wiping: $left"
 	rm -rf "$RUN"
 	log "wiped $RUN"
+fi
+if [ $WIPE = 1 ] && [ -d "$REGISTRY_DATA" ]; then
+	rm -rf "$REGISTRY_DATA"
+	log "wiped the registry's storage $REGISTRY_DATA"
 fi
 log "down"

@@ -70,6 +70,9 @@ mkcert sandbox-apiserver ca "/CN=sandbox-apiserver" serverAuth \
 	"DNS:sandbox-apiserver.kube-sandbox-system.svc,DNS:sandbox-apiserver.kube-sandbox-system.svc.cluster.local,DNS:localhost,IP:127.0.0.1,IP:$HOST_IP"
 # the aggregator authenticates to aggregated API servers with this cert (requestheader auth)
 mkcert front-proxy-client front-proxy-ca "/CN=front-proxy-client" clientAuth
+# serving cert of the cluster's OCI registry (a host process on $REGISTRY); containerd and the
+# components verify it with ca.crt
+mkcert registry ca "/CN=kube-sandbox-registry" serverAuth "IP:$HOST_IP,IP:127.0.0.1,DNS:localhost"
 
 if [ ! -s sa.key ] || [ ! -s sa.pub ]; then
 	openssl genrsa -out sa.key 2048 2>/dev/null
@@ -80,7 +83,20 @@ if [ ! -s tokens.csv ]; then
 	echo "$(openssl rand -hex 24),kube-sandbox-admin,kube-sandbox-admin,system:masters" >tokens.csv
 	made=$((made + 1))
 fi
-chmod 600 ./*.key tokens.csv
+# The registry's one user, $REGISTRY_USER: a random password made once and kept (what was pushed
+# stays pullable, the Secret kube-sandbox-registry keeps working), and its bcrypt htpasswd file,
+# made again when it no longer matches the password (htpasswd reads the password from stdin,
+# never from its command line).
+if [ ! -s "$REGISTRY_PASSWORD_FILE" ]; then
+	(umask 077 && openssl rand -hex 24 | tr -d '\n' >"$REGISTRY_PASSWORD_FILE")
+	made=$((made + 1))
+fi
+if ! htpasswd -v -i registry.htpasswd "$REGISTRY_USER" <"$REGISTRY_PASSWORD_FILE" >/dev/null 2>&1; then
+	(umask 077 && htpasswd -n -i -B "$REGISTRY_USER" <"$REGISTRY_PASSWORD_FILE" | grep . >registry.htpasswd.tmp)
+	mv registry.htpasswd.tmp registry.htpasswd
+	made=$((made + 1))
+fi
+chmod 600 ./*.key tokens.csv "$REGISTRY_PASSWORD_FILE" registry.htpasswd
 
 # kubeconfigs (cheap: rendered every time so they follow the PKI and $APISERVER_URL)
 mkkubeconfig "$ADMIN_KUBECONFIG" kube-sandbox-admin "$PKI/admin.crt" "$PKI/admin.key"

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # up.sh: brings up the local single-node Kubernetes cluster of kube-sandbox from binaries built by
-# hack/build-cluster.sh and images built by hack/images/build.sh (no Docker, no registry):
+# hack/build-cluster.sh and images built by hack/images/build.sh (no Docker):
 #   etcd, kube-apiserver (RBAC + Node authz, aggregation), kube-controller-manager, kube-scheduler,
-#   our own containerd (own socket/root/state under $RUN), kubelet, CNI bridge $POD_BRIDGE.
+#   our own containerd (own socket/root/state under $RUN), kubelet, CNI bridge $POD_BRIDGE, and
+#   the cluster's OCI registry for sandbox snapshots (CNCF distribution) on https://$REGISTRY:
+#   TLS from the cluster CA, basic auth for $REGISTRY_USER (password made once in $PKI), storage
+#   in $REGISTRY_DATA (kept; garbage-collected here before the registry starts), and containerd
+#   pulls from it with those credentials (pods need no imagePullSecrets).
 # The node IP / apiserver address is $HOST_IP on the port-less bridge $HOST_BRIDGE; pods get
 # $POD_CIDR with a default route via $POD_GW, as in real clusters: the CNI bridge plugin with
 # isGateway, isDefaultGateway and ipMasq (iptables nat CNI-* chains masquerade what leaves
 # $POD_CIDR), and net.ipv4.ip_forward=1 (the value before is kept in $IP_FORWARD_SAVED, down.sh
 # restores it). Every tarball in $IMAGES is imported into containerd, and a
-# MutatingAdmissionPolicy forces imagePullPolicy: Never.
+# MutatingAdmissionPolicy forces imagePullPolicy: Never on every image but the registry's
+# (IfNotPresent).
 # Admin kubeconfig: _output/kubeconfig. PIDs in $RUN/pids, logs in $RUN/logs. Stop: down.sh.
 #   - already up (all processes alive, /readyz answers) with the configuration this script would
 #     start it with (rendered conf/ files, pod bridge address): says so and exits 0;
@@ -40,7 +45,7 @@ ensure_packages "${CLUSTER_PACKAGES[@]}"
 
 # --- binaries ------------------------------------------------------------------------------
 missing=()
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet runsc containerd-shim-runsc-v1; do
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet runsc containerd-shim-runsc-v1 registry; do
 	[ -x "$CBIN/$b" ] || missing+=("$b")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -55,6 +60,9 @@ done
 # --- configuration ---------------------------------------------------------------------------
 p=${POD_GW%.*}
 export CBIN RUN PKI HOST_IP CONTAINERD_SOCK PAUSE_IMAGE KUBE_CGROUP_ROOT CNI_NETWORK POD_BRIDGE POD_CIDR POD_GW MAX_PODS
+# The registry's password (pki.sh makes it the first time; read again after it ran), for
+# containerd's node-level credentials. Only render's envsubst sees it in its environment.
+REGISTRY_PASSWORD=$(cat "$REGISTRY_PASSWORD_FILE" 2>/dev/null || true)
 export POD_RANGE_START=${POD_RANGE_START:-$p.10}
 # The kubelet sets its open-files limit to maxOpenFiles (default 1000000), which fails without
 # CAP_SYS_RESOURCE when the hard limit is lower: ask for the hard limit we have.
@@ -68,12 +76,15 @@ export KUBELET_MAX_OPEN_FILES
 CLUSTER_DNS=$(awk '$1 == "nameserver" && $2 !~ /^127\./ && $2 != "::1" {print $2; exit}' /etc/resolv.conf 2>/dev/null || true)
 export CLUSTER_DNS
 render() { # TEMPLATE OUT: substitute only our variables (${NAME}) in a hack/cluster/conf template
-	envsubst '${CBIN} ${RUN} ${PKI} ${HOST_IP} ${CONTAINERD_SOCK} ${PAUSE_IMAGE} ${KUBE_CGROUP_ROOT} ${CNI_NETWORK} ${POD_BRIDGE} ${POD_CIDR} ${POD_GW} ${POD_RANGE_START} ${MAX_PODS} ${KUBELET_MAX_OPEN_FILES} ${CLUSTER_DNS}' \
-		<"$HERE/conf/$1" >"$2.tmp"
+	# (readable by root only: containerd's holds the registry's password)
+	mkdir -p "$(dirname "$2")"
+	(umask 077 && export REGISTRY REGISTRY_PORT REGISTRY_DATA REGISTRY_USER REGISTRY_PASSWORD && envsubst '${CBIN} ${RUN} ${PKI} ${HOST_IP} ${CONTAINERD_SOCK} ${PAUSE_IMAGE} ${KUBE_CGROUP_ROOT} ${CNI_NETWORK} ${POD_BRIDGE} ${POD_CIDR} ${POD_GW} ${POD_RANGE_START} ${MAX_PODS} ${KUBELET_MAX_OPEN_FILES} ${CLUSTER_DNS} ${REGISTRY} ${REGISTRY_PORT} ${REGISTRY_DATA} ${REGISTRY_USER} ${REGISTRY_PASSWORD}' \
+		<"$HERE/conf/$1" >"$2.tmp")
 	mv "$2.tmp" "$2"
 }
 # Configuration files and what they are rendered to, as TEMPLATE:PATH-BELOW-$RUN.
-CONFIGS=(containerd.toml:containerd/config.toml runsc.toml:containerd/runsc.toml kubelet.yaml:kubelet.yaml "10-kube-sandbox.conflist:cni/net.d/10-$CNI_NETWORK.conflist" admission.yaml:admission.yaml)
+CONFIGS=(containerd.toml:containerd/config.toml runsc.toml:containerd/runsc.toml kubelet.yaml:kubelet.yaml "10-kube-sandbox.conflist:cni/net.d/10-$CNI_NETWORK.conflist" admission.yaml:admission.yaml
+	"registry-hosts.toml:containerd/certs.d/$REGISTRY/hosts.toml" registry.yaml:registry.yaml no-pull-policy.yaml:no-pull-policy.yaml)
 # config_drift prints what the running cluster was started with and up.sh would now start
 # differently (an older checkout, another POD_CIDR or MAX_PODS); nothing when it is current.
 config_drift() {
@@ -117,6 +128,27 @@ enable_ip_forward() {
 		iptables -w 5 -I FORWARD -i "$POD_BRIDGE" ! -o ksb+ -m comment --comment "$FORWARD_GUARD" -j DROP
 }
 
+# enlarge_neigh_table: the kernel's ARP table is one for all network namespaces, and its default
+# hard limit (net.ipv4.neigh.default.gc_thresh3, 1024) is what a node with a few hundred pods
+# reaches: each pod's namespace holds entries for the gateway and for the pods it talks to
+# (sandbox-apiserver and the controller are pods, and reach every sandbox), and theirs one per
+# sandbox. Past it the kernel logs "neighbor table overflow" and new connections fail with "no
+# route to host" (seen at 330 pods). Raises the three thresholds (never lowers them), as large
+# nodes do; the values before are kept in $NEIGH_SAVED for down.sh.
+NEIGH_THRESH=(16384 32768 65536)
+enlarge_neigh_table() {
+	local i f cur
+	mkdir -p "$RUN"
+	if [ ! -f "$NEIGH_SAVED" ]; then
+		for i in 1 2 3; do cat "/proc/sys/net/ipv4/neigh/default/gc_thresh$i"; done | paste -sd' ' >"$NEIGH_SAVED"
+	fi
+	for i in 1 2 3; do
+		f=/proc/sys/net/ipv4/neigh/default/gc_thresh$i
+		cur=$(cat "$f")
+		[ "$cur" -ge "${NEIGH_THRESH[$((i - 1))]}" ] || echo "${NEIGH_THRESH[$((i - 1))]}" >"$f"
+	done
+}
+
 # --- already up? stale? ----------------------------------------------------------------------
 apiserver_ready() { curl -sf -m 2 "${ADMIN[@]}" "$APISERVER_URL/readyz" >/dev/null 2>&1; }
 all_alive() {
@@ -133,6 +165,7 @@ if all_alive; then
 			if apiserver_ready; then
 				log "already up: ${CLUSTER_COMPONENTS[*]} running, $APISERVER_URL/readyz ok"
 				enable_ip_forward # in case something turned it off since
+				enlarge_neigh_table
 				log "export KUBECONFIG=$ADMIN_KUBECONFIG"
 				exit 0
 			fi
@@ -159,7 +192,7 @@ if [ ${#stale[@]} -gt 0 ]; then
 fi
 
 # refuse to start over processes we do not own
-busy=$(ss -Hltn 2>/dev/null | awk '{print $4}' | grep -E "^(127\.0\.0\.1|$HOST_IP|0\.0\.0\.0|\*|\[::\]):(2379|2380|2381|$APISERVER_PORT|10248|10250|10257|10259)$" || true)
+busy=$(ss -Hltn 2>/dev/null | awk '{print $4}' | grep -E "^(127\.0\.0\.1|$HOST_IP|0\.0\.0\.0|\*|\[::\]):(2379|2380|2381|$APISERVER_PORT|$REGISTRY_PORT|10248|10250|10257|10259)$" || true)
 [ -z "$busy" ] || die "ports already in use by processes not started by up.sh: $(echo "$busy" | tr "\n" " ")"
 
 mkdir -p "$RUN"/{pids,logs} "$RUN"/containerd/imported "$RUN"/cni/{net.d,ipam} "$RUN"/pod-logs "$RUN"/kubelet "$RUN"/kcm-flexvolume
@@ -204,11 +237,14 @@ log "bridges $HOST_BRIDGE ($HOST_IP/32) and $POD_BRIDGE ($POD_GW/${POD_CIDR#*/})
 # Pods' default route is $POD_GW: the node forwards what leaves $POD_CIDR, masqueraded by the
 # bridge plugin's ipMasq (per pod a nat chain CNI-<hash>, made on pod add, removed on delete).
 enable_ip_forward
+enlarge_neigh_table
+log "ARP table thresholds ${NEIGH_THRESH[*]} (were $(cat "$NEIGH_SAVED"); down.sh restores them)"
 [ "$(iptables -w 5 -S FORWARD 2>/dev/null | awk '$1 == "-P" {print $3}')" != DROP ] ||
 	log "WARNING: the iptables filter FORWARD policy is DROP: pods reach the node, but nothing beyond it"
 
 # --- PKI, kubeconfigs, configs ---------------------------------------------------------------
 LOG_PREFIX=up "$HERE/pki.sh"
+REGISTRY_PASSWORD=$(cat "$REGISTRY_PASSWORD_FILE")
 for c in "${CONFIGS[@]}"; do render "${c%%:*}" "$RUN/${c#*:}"; done
 
 # pods live in $KUBE_CGROUP_ROOT/kubepods: the kubelet wants the root to exist in every hierarchy
@@ -229,6 +265,24 @@ start etcd "$CBIN/etcd" --name "$NODE_NAME" --data-dir "$RUN/etcd-data" \
 	--quota-backend-bytes=4294967296 --unsafe-no-fsync="$ETCD_UNSAFE_NO_FSYNC"
 # containerd finds its shims on its PATH: containerd-shim-runsc-v1 is in $CBIN.
 start containerd env PATH="$CBIN:$PATH" containerd --config "$RUN/containerd/config.toml"
+
+# --- the registry: offline garbage collection, then the registry itself ------------------------
+# With an empty environment: the registry takes REGISTRY_* variables for overrides of its
+# configuration (ours, REGISTRY_PORT and the like, are not meant for it), and traces go nowhere.
+REGISTRY_ENV=(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin OTEL_TRACES_EXPORTER=none)
+mkdir -p "$REGISTRY_DATA"
+# Blobs that only deleted manifests (those of deleted sandboxes' snapshots) referenced, and
+# untagged manifests, are removed while the registry is down. It fails on a registry that has
+# never held a repository, so it runs once there is one.
+if [ -d "$REGISTRY_DATA/docker/registry/v2/repositories" ]; then
+	gc_t0=$(date +%s.%N)
+	if "${REGISTRY_ENV[@]}" "$CBIN/registry" garbage-collect --delete-untagged "$RUN/registry.yaml" >"$RUN/logs/registry-gc.log" 2>&1; then
+		log "registry garbage collection in $(elapsed "$gc_t0")s: $(grep -oE '[0-9]+ blobs marked, [0-9]+ blobs and [0-9]+ manifests eligible for deletion' "$RUN/logs/registry-gc.log" | tail -1)"
+	else
+		log "WARNING: registry garbage collection failed (see $RUN/logs/registry-gc.log): $(tail -c 300 "$RUN/logs/registry-gc.log")"
+	fi
+fi
+start registry "${REGISTRY_ENV[@]}" "$CBIN/registry" serve "$RUN/registry.yaml"
 waitfor etcd etcd sh -c 'curl -sf -m 1 http://127.0.0.1:2381/health | grep -q "\"health\":\"true\""'
 
 # --- kube-apiserver ----------------------------------------------------------------------------
@@ -284,6 +338,12 @@ for t in "${pause_tars[@]}"; do import_one "$t" >>"$RUN/logs/images.log" 2>&1 ||
 ) >>"$RUN/logs/images.log" 2>&1 &
 images_pid=$!
 
+# the registry answers an authenticated /v2/ over TLS verified with the cluster CA (curl reads
+# the credentials from stdin, not from its command line)
+registry_ready() {
+	curl -sf -m 2 --cacert "$PKI/ca.crt" -K - "https://$REGISTRY/v2/" <<<"user = \"$REGISTRY_USER:$REGISTRY_PASSWORD\""
+}
+waitfor registry "registry https://$REGISTRY" registry_ready
 waitfor kube-apiserver "kube-apiserver $APISERVER_URL" curl -sf -m 2 "${ADMIN[@]}" "$APISERVER_URL/readyz"
 
 # --- controller-manager, scheduler -------------------------------------------------------------
@@ -303,8 +363,8 @@ start kube-scheduler "$CBIN/kube-scheduler" \
 	--bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false \
 	--kube-api-qps=100 --kube-api-burst=200
 
-# no registry: every container gets imagePullPolicy: Never
-kubectl apply -f "$HERE/conf/no-pull-policy.yaml" >/dev/null || fail kube-apiserver "cannot apply no-pull-policy.yaml"
+# every container gets imagePullPolicy: Never, but those of images in our registry IfNotPresent
+kubectl apply -f "$RUN/no-pull-policy.yaml" >/dev/null || fail kube-apiserver "cannot apply no-pull-policy.yaml"
 
 # --- kubelet ---------------------------------------------------------------------------------
 kubelet_started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -323,18 +383,26 @@ node_ready() {
 }
 waitfor kubelet "node $NODE_NAME" node_ready
 waitfor kube-controller-manager "serviceaccount default/default" kubectl -n default get serviceaccount default
-policy_active() { # a server-side dry run shows the policy at work
-	[ "$(kubectl create --dry-run=server -o 'jsonpath={.spec.containers[0].imagePullPolicy}' -f - <<YAML 2>/dev/null
+# policy_active: a server-side dry run shows the policy at work. It runs as sandbox-controller:
+# only that user's pods may name the registry's images once kube-sandbox is installed (the
+# ValidatingAdmissionPolicy kube-sandbox-snapshot-images, which etcd keeps from an earlier
+# install), and in system:masters, since its RBAC may not be installed yet.
+policy_active() {
+	[ "$(kubectl create --dry-run=server --as=system:serviceaccount:kube-sandbox-system:sandbox-controller --as-group=system:masters \
+		-o 'jsonpath={.spec.containers[*].imagePullPolicy}' -f - <<YAML 2>/dev/null
 apiVersion: v1
 kind: Pod
 metadata: {name: ksb-policy-probe, namespace: default}
-spec: {containers: [{name: c, image: $SANDBOX_IMAGE_BUSYBOX, imagePullPolicy: Always}]}
+spec:
+  containers:
+  - {name: c, image: $SANDBOX_IMAGE_BUSYBOX, imagePullPolicy: Always}
+  - {name: r, image: $REGISTRY/$REGISTRY_REPOSITORY/probe:1, imagePullPolicy: Always}
 YAML
-	)" = Never ]
+	)" = "Never IfNotPresent" ]
 }
-waitfor kube-apiserver "imagePullPolicy=Never policy" policy_active
+waitfor kube-apiserver "imagePullPolicy policy (Never; IfNotPresent for $REGISTRY)" policy_active
 wait "$images_pid" || fail images "importing images into containerd failed"
 log "images: $(grep -c ^imported "$RUN/logs/images.log") imported, $(grep -c ^kept "$RUN/logs/images.log") already present (in $(sed -n 's/^took //p' "$RUN/logs/images.log"))"
 
-log "cluster up in $(elapsed)s: node $NODE_NAME Ready, apiserver $APISERVER_URL"
+log "cluster up in $(elapsed)s: node $NODE_NAME Ready, apiserver $APISERVER_URL, registry https://$REGISTRY"
 log "export KUBECONFIG=$ADMIN_KUBECONFIG"

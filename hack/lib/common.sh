@@ -46,11 +46,13 @@ ensure_packages() {
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || die "apt-get install ${missing[*]} failed"
 }
 
-CLUSTER_PACKAGES=(containerd runc containernetworking-plugins busybox-static debootstrap iptables conntrack bc openssl curl gettext-base)
+# apache2-utils: htpasswd, for the registry's bcrypt password file.
+CLUSTER_PACKAGES=(containerd runc containernetworking-plugins busybox-static debootstrap iptables conntrack bc openssl curl gettext-base apache2-utils)
 
 # --- local cluster -----------------------------------------------------------------------------
 # Images built by hack/images/build.sh (docker-archive tarballs in $IMAGES) and imported by
-# hack/cluster/up.sh. Nothing is ever pulled: an admission policy forces imagePullPolicy: Never.
+# hack/cluster/up.sh. Nothing else is pulled: an admission policy forces imagePullPolicy: Never
+# on every image but those of the cluster's own registry ($REGISTRY, below).
 export PAUSE_IMAGE=${PAUSE_IMAGE:-registry.k8s.io/pause:3.10}
 export SANDBOX_IMAGE_BUSYBOX=${SANDBOX_IMAGE_BUSYBOX:-kube-sandbox.local/sandbox-busybox:latest}
 export SANDBOX_IMAGE_PYTHON=${SANDBOX_IMAGE_PYTHON:-kube-sandbox.local/sandbox-python:3.11}
@@ -62,11 +64,24 @@ APISERVER_URL=${APISERVER_URL:-https://$HOST_IP:$APISERVER_PORT}
 CONTAINERD_SOCK=${CONTAINERD_SOCK:-$RUN/containerd/containerd.sock}   # our own containerd, never the system one
 CNI_NETWORK=${CNI_NETWORK:-kube-sandbox}                # CNI network name (results cache: /var/lib/cni/results/<name>-*)
 KUBE_CGROUP_ROOT=${KUBE_CGROUP_ROOT:-/kube-sandbox}     # kubelet cgroupRoot: pods live in $KUBE_CGROUP_ROOT/kubepods
+# The cluster's OCI registry (CNCF distribution, a host process started by hack/cluster/up.sh),
+# where sandbox snapshots go: https://$REGISTRY, serving cert from the cluster CA ($PKI/ca.crt),
+# basic auth for $REGISTRY_USER with the password in $REGISTRY_PASSWORD_FILE (made once by
+# hack/cluster/pki.sh, kept). Its storage, $REGISTRY_DATA, is kept across down.sh and up.sh,
+# like etcd's data; up.sh garbage-collects it before it starts the registry. containerd pulls
+# from it with these credentials: pods need no imagePullSecrets.
+REGISTRY_PORT=${REGISTRY_PORT:-5000}
+export REGISTRY=$HOST_IP:$REGISTRY_PORT
+REGISTRY_USER=kube-sandbox
+REGISTRY_REPOSITORY=${REGISTRY_REPOSITORY:-kube-sandbox/snapshots} # where sandbox snapshots go in it
+REGISTRY_DATA=${REGISTRY_DATA:-$OUT/cluster/registry}
+REGISTRY_PASSWORD_FILE=$PKI/registry.password                    # no trailing newline
 # FORWARD_GUARD is the comment of up.sh's FORWARD rule that keeps pod traffic on the machine.
 FORWARD_GUARD=kube-sandbox-local-guard
+NEIGH_SAVED=${NEIGH_SAVED:-$RUN/neigh_gc_thresh.prev}     # net.ipv4.neigh.default.gc_thresh1..3 before up.sh raised them
 IP_FORWARD_SAVED=${IP_FORWARD_SAVED:-$RUN/ip_forward.prev} # net.ipv4.ip_forward before up.sh set it; down.sh restores it
 # Processes up.sh starts, in start order; down.sh stops them in reverse groups.
-CLUSTER_COMPONENTS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+CLUSTER_COMPONENTS=(etcd containerd registry kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
 # pid_of NAME prints the PID recorded in $RUN/pids/NAME.pid if that process is alive and is ours
 # (its command line mentions $OUT/: guards against PID reuse after a crash).
@@ -122,11 +137,14 @@ cluster_cgroup_dirs() {
 	done
 	return 0
 }
-# cluster_pod_pids: processes in our kubepods cgroups (containers started by our kubelet).
+# cluster_pod_pids: processes in our kubepods cgroups (containers started by our kubelet). The
+# cgroups of pods that are going away vanish while find walks them (find then fails, and so
+# would the pipeline, under pipefail, and a script under set -e): what could be read is the
+# answer.
 cluster_pod_pids() {
 	local d
 	for d in $(cluster_cgroup_dirs); do
-		find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
+		find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null || true
 	done | sort -un
 }
 # cluster_shims: containerd shims serving our containerd (matched on their -address argument),
