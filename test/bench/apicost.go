@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,41 +18,59 @@ func (b *bench) apiRequests(ctx context.Context) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseAPIRequests(data)
+}
+
+// parseAPIRequests sums apiserver_request_total of a /metrics page by verb and resource.
+func parseAPIRequests(data []byte) (map[string]float64, error) {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	const prefix = "apiserver_request_total{"
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, prefix) {
-			continue
+	err := scanSamples(bytes.NewReader(data), func(name, labels string, v float64) {
+		if name != "apiserver_request_total" {
+			return
 		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		labels := line[len(prefix) : i-1]
 		verb := strings.ToLower(label(labels, "verb"))
 		res := label(labels, "resource")
 		if res == "" {
-			continue // non-resource requests: health checks, discovery, metrics
+			return // non-resource requests: health checks, discovery, metrics
 		}
 		if sub := label(labels, "subresource"); sub != "" {
 			res += "/" + sub
 		}
 		if verb == "watch" || verb == "list" && res == "leases" {
-			continue
+			return
 		}
 		out[verb+" "+res] += v
-	}
-	return out, sc.Err()
+	})
+	return out, err
 }
 
+// scanSamples calls sample for every labelled sample of a Prometheus text page: the metric's
+// name, its labels (what is between the braces) and its value.
+func scanSamples(r io.Reader, sample func(name, labels string, v float64)) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		open := strings.IndexByte(line, '{')
+		end := strings.LastIndexByte(line, ' ')
+		if strings.HasPrefix(line, "#") || open < 0 || end <= open+1 || line[end-1] != '}' {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[end+1:], 64)
+		if err != nil {
+			continue
+		}
+		sample(line[:open], line[open+1:end-1], v)
+	}
+	return sc.Err()
+}
+
+// isWrite tells the writes among apiRequests' keys, whose verbs are the kube-apiserver's
+// metric labels: HTTP methods (post, put, patch, delete), and apply and deletecollection.
 func isWrite(key string) bool {
 	verb, _, _ := strings.Cut(key, " ")
 	switch verb {
-	case "create", "update", "patch", "delete", "apply", "deletecollection":
+	case "post", "put", "patch", "delete", "apply", "deletecollection":
 		return true
 	}
 	return false

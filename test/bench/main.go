@@ -40,14 +40,25 @@ var (
 	runs      = flag.Int("runs", 200, "exec round trips per path")
 	streamMB  = flag.Int("stream-mb", 1024, "MiB streamed through exec per path")
 	fileMB    = flag.Int("file-mb", 200, "MiB uploaded and downloaded per path")
-	only      = flag.String("only", "", "run one part: exec, egress, pools or tasks (default: all)")
+	only      = flag.String("only", "", "run one part: exec, egress, pools, tasks, pause, or scale (not part of all: its own control plane and simulated nodes, no cluster; make bench-scale) (default: all)")
 	gvisor    = flag.String("gvisor-runtime-class", "", "RuntimeClass of the gVisor rows (exec in gVisor against the same in runc); empty (the default: sandbox-apiserver refuses gVisor, whose network stack the egress policy cannot reach): skip them")
 )
 
 func main() {
 	flag.Parse()
+	if *scaleComponent != "" {
+		if err := runComponent(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", *scaleComponent, err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	run := run
+	if *only == "scale" {
+		run = runScale
+	}
 	if err := run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -81,7 +92,7 @@ func run(ctx context.Context) error {
 			*metricsURL = u
 		}
 	}
-	if *only == "pools" || *only == "tasks" {
+	if *only == "pools" || *only == "tasks" || *only == "pause" {
 		return b.pools(ctx)
 	}
 	if *only == "egress" {

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,13 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/utils/ptr"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 )
 
@@ -72,6 +68,10 @@ func (b *bench) pools(ctx context.Context) error {
 	defer func() {
 		_ = b.kube.CoreV1().Namespaces().Delete(context.Background(), pb.ns, metav1.DeleteOptions{})
 	}()
+	if *only == "pause" {
+		// Direct mode only: no pool of idle pods loading the node.
+		return pb.pause(ctx)
+	}
 	if err := pb.createPool(ctx); err != nil {
 		return err
 	}
@@ -123,12 +123,15 @@ func (b *bench) pools(ctx context.Context) error {
 	if err := pb.waitPoolFull(ctx); err != nil {
 		return err
 	}
+	cpuBefore := sampleCPU()
 	conc, concPhases, names, err := pb.warm(ctx, "conc", *concurrency)
 	if err != nil {
 		return fmt.Errorf("concurrent warm: %w", err)
 	}
+	cpuAfter := sampleCPU()
 	printRow(fmt.Sprintf("warm, %d at once (%d)", *concurrency, len(conc)), conc)
 	printBreakdown(concPhases)
+	defer printCPU(fmt.Sprintf("warm, %d at once", *concurrency), cpuBefore, cpuAfter)
 	cold, err := pb.cold(ctx)
 	if err != nil {
 		return fmt.Errorf("cold baseline: %w", err)
@@ -158,7 +161,20 @@ func (b *bench) pools(ctx context.Context) error {
 	if err := pb.waitPoolFull(ctx); err != nil {
 		return err
 	}
-	return pb.tasks(ctx)
+	if err := pb.tasks(ctx); err != nil {
+		return err
+	}
+	// The batch's 100 pods go first: pause is measured on a quiet node.
+	if err := pb.waitPoolFull(ctx); err != nil {
+		return err
+	}
+	if err := pb.waitNoPodsGoing(ctx); err != nil {
+		return err
+	}
+	if err := pb.pause(ctx); err != nil {
+		fmt.Printf("\n## Pause and resume\n\nskipped: %v\n", err)
+	}
+	return nil
 }
 
 // printBreakdown prints where the time of createToExec went.
@@ -219,6 +235,22 @@ func (pb *poolBench) createPool(ctx context.Context) error {
 
 // waitPoolFull waits until the pool has all its idle pods ready and no pod of the namespace is
 // starting or terminating, so that a phase starts on a quiet node.
+// waitNoPodsGoing waits until no pod of the namespace is being deleted.
+func (pb *poolBench) waitNoPodsGoing(ctx context.Context) error {
+	return wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := pb.kube.CoreV1().Pods(pb.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
 func (pb *poolBench) waitPoolFull(ctx context.Context) error {
 	d, err := pb.dyn()
 	if err != nil {
@@ -296,16 +328,20 @@ func (pb *poolBench) createToExec(ctx context.Context, sbx *sandboxv1alpha1.Sand
 		w.Stop()
 	}
 	tRunning := time.Now()
-	u := pb.sandboxes.SandboxV1alpha1().RESTClient().Post().Namespace(pb.ns).Resource("sandboxes").Name(sbx.Name).
-		SubResource("exec").VersionedParams(&sandboxv1alpha1.SandboxExecOptions{Command: []string{"true"}, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
-	exec, err := remotecommand.NewWebSocketExecutor(pb.cfg, "GET", u.String())
-	if err != nil {
+	if err := pb.execIn(ctx, sbx.Name, "true"); err != nil {
 		return 0, phases{}, err
 	}
-	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
-		return 0, phases{}, fmt.Errorf("exec in %s: %w", sbx.Name, err)
-	}
 	return time.Since(start), phases{create: tCreated.Sub(start), running: tRunning.Sub(tCreated), exec: time.Since(tRunning)}, nil
+}
+
+// direct is a direct-mode sandbox: a pod of its own, from the benchmark's image on the node.
+func direct(name string) *sandboxv1alpha1.Sandbox {
+	return &sandboxv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: sandboxv1alpha1.SandboxSpec{Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "sandbox", Image: *image, ImagePullPolicy: corev1.PullNever}},
+		}}},
+	}
 }
 
 func (pb *poolBench) pooled(name string) *sandboxv1alpha1.Sandbox {
@@ -358,13 +394,7 @@ func (pb *poolBench) cold(ctx context.Context) ([]time.Duration, error) {
 	var out []time.Duration
 	for i := range *coldRuns {
 		name := fmt.Sprintf("cold-%d", i)
-		sbx := &sandboxv1alpha1.Sandbox{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: sandboxv1alpha1.SandboxSpec{Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "sandbox", Image: *image, ImagePullPolicy: corev1.PullNever}},
-			}}},
-		}
-		d, _, err := pb.createToExec(ctx, sbx)
+		d, _, err := pb.createToExec(ctx, direct(name))
 		if err != nil {
 			return nil, err
 		}
@@ -422,28 +452,15 @@ func controllerMetrics(ctx context.Context) (map[string]float64, error) {
 	}
 	defer func() { _ = resp.Body.Close() }()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		for _, prefix := range []string{"controller_runtime_reconcile_total{", "rest_client_requests_total{"} {
-			if !strings.HasPrefix(line, prefix) {
-				continue
-			}
-			i := strings.LastIndexByte(line, ' ')
-			v, err := strconv.ParseFloat(line[i+1:], 64)
-			if err != nil {
-				continue
-			}
-			labels := line[len(prefix) : i-1]
-			switch {
-			case strings.HasPrefix(prefix, "controller"):
-				out["reconcile "+label(labels, "controller")] += v
-			case label(labels, "method") != "GET":
-				out["writes"] += v
-			}
+	err = scanSamples(resp.Body, func(name, labels string, v float64) {
+		switch {
+		case name == "controller_runtime_reconcile_total":
+			out["reconcile "+label(labels, "controller")] += v
+		case name == "rest_client_requests_total" && label(labels, "method") != "GET":
+			out["writes"] += v
 		}
-	}
-	return out, sc.Err()
+	})
+	return out, err
 }
 
 func label(labels, name string) string {
@@ -544,6 +561,7 @@ func (pb *poolBench) batch(ctx context.Context) error {
 	sbx := pb.pooled("batch")
 	sbx.Spec.Replicas = ptr.To(int32(*batchReplicas))
 	c := pb.sandboxes.SandboxV1alpha1().Sandboxes(pb.ns)
+	cpuBefore := sampleCPU()
 	start := time.Now()
 	created, err := c.Create(ctx, sbx, metav1.CreateOptions{})
 	if err != nil {
@@ -563,6 +581,7 @@ func (pb *poolBench) batch(ctx context.Context) error {
 			}
 			if s, ok := ev.Object.(*sandboxv1alpha1.Sandbox); ok && s.Status.Ready == int32(*batchReplicas) {
 				fmt.Printf("\n| pooled batch | replicas | create → all Ready |\n|---|---|---|\n| one Sandbox | %d | %s |\n", *batchReplicas, ms(time.Since(start)))
+				printCPU(fmt.Sprintf("the %d-replica sandbox's create → all Ready", *batchReplicas), cpuBefore, sampleCPU())
 				return nil
 			}
 		case <-timeout:

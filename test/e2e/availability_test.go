@@ -95,7 +95,7 @@ func TestControllerRollingRestart(t *testing.T) {
 	// Every change of the lease, as it happens.
 	lease := exec.Command("kubectl", "-n", controllerNamespace, "get", "lease", "sandbox-controller.control.kube-sandbox.io", "-w",
 		"-o", `jsonpath={.spec.holderIdentity}{" "}{.spec.renewTime}{" "}{.spec.acquireTime}{"\n"}`)
-	var leaseOut bytes.Buffer
+	var leaseOut syncBuffer
 	lease.Stdout = &leaseOut
 	if err := lease.Start(); err != nil {
 		t.Fatal(err)
@@ -121,14 +121,18 @@ func TestControllerRollingRestart(t *testing.T) {
 		out := kubectl(t, "-n", controllerNamespace, "get", "pods", "-l", controllerSelector, "-o", "name").stdout
 		return len(strings.Fields(out)) == 1, out
 	})
-	time.Sleep(time.Second)
+	// The new leader tries for the lease every retry period (2 s) and may take it only after
+	// the old pod is gone: wait for the take-over rather than a fixed time.
+	var gap time.Duration
+	var holder string
+	waitFor(t, "the new leader to take the lease", 30*time.Second, func() (bool, string) {
+		var ok bool
+		gap, holder, ok = takeOver(leaseOut.String())
+		return ok, leaseOut.String()
+	})
 	_ = lease.Process.Kill()
 	_ = lease.Wait()
 
-	gap, holder, ok := takeOver(leaseOut.String())
-	if !ok {
-		t.Fatalf("no release and take-over of the lease in:\n%s", leaseOut.String())
-	}
 	t.Logf("lease released by the old leader and taken by %s %.3fs later", holder, gap.Seconds())
 	owners := map[string]string{}
 	for _, name := range names {
@@ -174,4 +178,22 @@ func takeOver(changes string) (time.Duration, string, bool) {
 		}
 	}
 	return 0, "", false
+}
+
+// syncBuffer is a bytes.Buffer that a command writes while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

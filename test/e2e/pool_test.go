@@ -620,7 +620,9 @@ func TestPoolConditions(t *testing.T) {
 	if idle, allocated := poolPods(t, ns, "tiny"); len(idle)+len(allocated) != 1 {
 		t.Errorf("pool tiny (poolMax 1) has pods %v %v", podNames(idle), podNames(allocated))
 	}
-	if r := sandboxCmd(t, ns, "wait", "b", "--timeout=1s"); r.code == 0 || !strings.Contains(r.stdout+r.stderr, "PoolExhausted") {
+	// Long enough for the first read to answer on a busy node (a wait that ends before any
+	// read did can name no reason); b stays PoolExhausted however long.
+	if r := sandboxCmd(t, ns, "wait", "b", "--timeout=5s"); r.code == 0 || !strings.Contains(r.stdout+r.stderr, "PoolExhausted") {
 		t.Errorf("kubectl sandbox wait: exit %d %s%s, want the reason PoolExhausted", r.code, r.stdout, r.stderr)
 	}
 

@@ -91,7 +91,11 @@ spec:
 		if task.Phase != "Succeeded" || task.ExitCode == nil || *task.ExitCode != 0 || task.Attempts != 1 {
 			t.Errorf("task %d: %+v", i, task)
 		}
-		got := mustSandboxCmd(t, ns, "logs", "squares", "--replica", fmt.Sprint(i))
+		r := sandboxCmd(t, ns, "logs", "squares", "--replica", fmt.Sprint(i))
+		if r.code != 0 {
+			t.Fatalf("kubectl sandbox logs squares --replica %d: exit %d: %s%s\n%s", i, r.code, r.stdout, r.stderr, podsReport(t, ns, "squares"))
+		}
+		got := r.stdout
 		if want := fmt.Sprintf("%d squared is %d\nshard squares\n", i, i*i); got != want {
 			t.Errorf("logs of replica %d = %q, want %q", i, got, want)
 		}
@@ -159,4 +163,18 @@ func TestTaskPodDeleted(t *testing.T) {
 	if task := once.Status.Tasks[0]; once.Status.Phase != "Failed" || task.Reason != "PodLost" {
 		t.Errorf("Never after its pod was deleted: %s", once)
 	}
+}
+
+// podsReport is what explains a replica that is not ready: the BatchSandbox's pods as its
+// status lists them, each pod's readiness, containers and restarts as the kubelet reports them,
+// and the namespace's Events.
+func podsReport(t *testing.T, ns, name string) string {
+	t.Helper()
+	status := kubectl(t, "-n", ns, "get", "batchsandbox", name, "-o", "jsonpath={range .status.pods[*]}{.replica} {.name} ready={.ready} runtimeID={.runtimeID}{\"\\n\"}{end}").stdout
+	pods := kubectl(t, "-n", ns, "get", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name} deleting={.metadata.deletionTimestamp} "+
+		"{range .status.conditions[*]}{.type}={.status}@{.lastTransitionTime} {end}"+
+		"{range .status.initContainerStatuses[*]}{.name}:ready={.ready},restarts={.restartCount} {end}"+
+		"{range .status.containerStatuses[*]}{.name}:ready={.ready},restarts={.restartCount},id={.containerID} {end}{\"\\n\"}{end}").stdout
+	events := kubectl(t, "-n", ns, "get", "events", "--sort-by=.lastTimestamp").stdout
+	return fmt.Sprintf("status.pods of batchsandbox %s:\n%s\npods:\n%s\nevents:\n%s", name, status, pods, events)
 }

@@ -92,6 +92,13 @@ func StartControlPlane(ctx context.Context, dir string) (*ControlPlane, error) {
 	return cp, nil
 }
 
+// AttachControlPlane gives another process a handle on the control plane that
+// StartControlPlane(ctx, dir) started and that serves url: its clients and kubeconfigs work,
+// Stop does nothing.
+func AttachControlPlane(dir, url string) *ControlPlane {
+	return &ControlPlane{Dir: dir, URL: url, caFile: filepath.Join(dir, "pki", "ca.crt")}
+}
+
 func (cp *ControlPlane) start(ctx context.Context) error {
 	etcdBin, err := clusterBin("etcd")
 	if err != nil {

@@ -159,8 +159,9 @@ func StartSandboxAPIServer(ctx context.Context, cp *ControlPlane, c client.Clien
 }
 
 // StartController runs sandbox-controller in this process until the returned stop function is
-// called (which waits until it has stopped) or ctx ends.
-func StartController(ctx context.Context, cp *ControlPlane) (stop func(), err error) {
+// called (which waits until it has stopped) or ctx ends. Each of with changes the options
+// after the tests' defaults are set.
+func StartController(ctx context.Context, cp *ControlPlane, with ...func(*manager.Options)) (stop func(), err error) {
 	kubeconfig := filepath.Join(cp.Dir, "sandbox-controller.kubeconfig")
 	if err := cp.WriteKubeconfig(kubeconfig, AdminToken); err != nil {
 		return nil, err
@@ -176,6 +177,9 @@ func StartController(ctx context.Context, cp *ControlPlane) (stop func(), err er
 	// The simulated node runs no sidecars.
 	o.DisableEgress = true
 	o.InProcessRestart = true
+	for _, f := range with {
+		f(o)
+	}
 	if err := o.Validate(); err != nil {
 		cancel()
 		return nil, err

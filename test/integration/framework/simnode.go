@@ -16,8 +16,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd"
@@ -66,7 +67,10 @@ func (s *execdServer) close() {
 // StartSimulatedNode runs until ctx ends. filesRoot, when given, is the files root of every
 // execd (none: no files API).
 func StartSimulatedNode(ctx context.Context, cp *ControlPlane, namespace string, withExecd bool, filesRoot ...string) (*SimulatedNode, error) {
-	kube, err := kubernetes.NewForConfig(cp.Config(AdminToken))
+	// It stands for the kubelets of many nodes: the client is not what limits how fast pods start.
+	cfg := cp.Config(AdminToken)
+	cfg.QPS, cfg.Burst = 2000, 4000
+	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -74,35 +78,38 @@ func StartSimulatedNode(ctx context.Context, cp *ControlPlane, namespace string,
 	if len(filesRoot) > 0 {
 		n.filesRoot = filesRoot[0]
 	}
-	w, err := kube.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
+	// An informer, not a bare watch: the kube-apiserver ends watches (after its request
+	// timeout, or when a watcher falls behind), and a node that stopped seeing pods would
+	// leave thousands Pending.
+	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(namespace))
+	inf := factory.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				n.Created.Add(1)
+				go n.start(ctx, pod)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				n.Deleted.Add(1)
+				n.stop(pod.UID)
+			}
+		},
+	}); err != nil {
 		return nil, err
 	}
+	factory.Start(ctx.Done())
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil, fmt.Errorf("simulated node of %s: the pod informer did not sync", namespace)
+	}
 	go func() {
-		defer w.Stop()
-		defer n.stopAll()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.ResultChan():
-				if !ok {
-					return
-				}
-				pod, isPod := ev.Object.(*corev1.Pod)
-				if !isPod {
-					continue
-				}
-				switch ev.Type {
-				case watch.Added:
-					n.Created.Add(1)
-					go n.start(ctx, pod)
-				case watch.Deleted:
-					n.Deleted.Add(1)
-					n.stop(pod.UID)
-				}
-			}
-		}
+		<-ctx.Done()
+		factory.Shutdown()
+		n.stopAll()
 	}()
 	return n, nil
 }
