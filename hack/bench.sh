@@ -7,5 +7,7 @@ LOG_PREFIX=bench
 need_root
 cd "$ROOT"
 "$ROOT/hack/up.sh" >/dev/null
+# The egress rows run `kubectl sandbox` itself: the plugin just built comes first on PATH.
+export PATH="$BIN:$PATH"
 log "running test/bench (exec round trips, exec throughput, files vs kubectl cp, warm pools)"
 KUBECONFIG=$ADMIN_KUBECONFIG go run ./test/bench "$@" | tee "$OUT/bench.md"
