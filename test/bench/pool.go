@@ -30,7 +30,7 @@ import (
 var (
 	poolSize      = flag.Int("pool-size", 210, "idle pods the benchmark pool keeps (bufferMin = bufferMax)")
 	warmRuns      = flag.Int("warm-runs", 200, "pooled sandboxes per warm phase (sequential, then concurrent)")
-	concurrency   = flag.Int("concurrency", 10, "sandboxes created at once in the concurrent warm phase")
+	concurrency   = flag.Int("concurrency", 20, "sandboxes created at once in the concurrent warm phase (20: the figure the speed goals name)")
 	coldRuns      = flag.Int("cold-runs", 10, "direct-mode sandboxes for the cold baseline")
 	batchReplicas = flag.Int("batch-replicas", 100, "replicas of the pooled batch")
 	idleSeconds   = flag.Int("idle-seconds", 60, "how long the idle sandboxes are watched")
