@@ -2,7 +2,6 @@ package egress
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"time"
 
@@ -77,12 +76,4 @@ func (d *denials) wait(ctx context.Context) egressapi.Denials {
 	out := egressapi.Denials{Names: d.names, Others: d.others}
 	d.names, d.others, d.notify, d.lastSent = map[string]int{}, 0, make(chan struct{}), time.Now()
 	return out
-}
-
-func (s *server) serveDenials(w http.ResponseWriter, req *http.Request) {
-	if req.Method != http.MethodGet {
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	writeJSON(w, http.StatusOK, s.denials.wait(req.Context()))
 }

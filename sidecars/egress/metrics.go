@@ -2,13 +2,11 @@ package egress
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
-
-	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/internal/firewall"
 )
 
 // deniedLogEvery: a denied name is logged at most this often, so that code that retries in a
@@ -18,30 +16,38 @@ const deniedLogEvery = time.Minute
 // maxLoggedNames bounds the memory of which names were logged when.
 const maxLoggedNames = 1024
 
-// metrics are per sandbox: every series carries the sandbox's namespace and name (empty for an
-// idle pool pod), so that denials can be traced to a sandbox.
+// metrics of the enforcer. The per-sandbox series are made at each scrape from the pods the
+// enforcer holds (a collector, not vectors), so that a sandbox's series go when its pod goes:
+// N sandboxes make N sets of series, whatever has come and gone.
 type metrics struct {
 	registry *prometheus.Registry
-	queries  *prometheus.CounterVec
 	updates  *prometheus.CounterVec
 	flowsCut prometheus.Counter
 
-	mu        sync.Mutex
-	namespace string
-	name      string
-	logged    map[string]time.Time
+	mu     sync.Mutex
+	logged map[string]time.Time
 }
 
-func newMetrics(fw *firewall.Firewall) *metrics {
+// dnsCounts are a pod's DNS decisions.
+type dnsCounts struct {
+	allowed, denied, failed atomic.Uint64
+}
+
+var (
+	queriesDesc = prometheus.NewDesc("sandbox_egress_dns_queries_total",
+		"DNS queries of the sandbox, by result: allowed (resolved upstream), denied (NXDOMAIN by the policy) or failed.",
+		[]string{"namespace", "name", "pod", "result"}, nil)
+	connectionsDesc = prometheus.NewDesc("sandbox_egress_connections_total",
+		"New outbound connections (and other flows) of the sandbox, by verdict: allowed or denied by the packet filter, or spoofed (frames from the pod's interface with another source, dropped).",
+		[]string{"namespace", "name", "pod", "verdict"}, nil)
+)
+
+func newMetrics(n *Node) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
-		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandbox_egress_dns_queries_total",
-			Help: "DNS queries of the sandbox, by result: allowed (resolved upstream), denied (NXDOMAIN by the policy) or failed.",
-		}, []string{"namespace", "name", "result"}),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_egress_policy_updates_total",
-			Help: "Policies applied, by result: applied or failed.",
+			Help: "Policies applied to the node's pods, by result: applied or failed.",
 		}, []string{"result"}),
 		flowsCut: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sandbox_egress_flows_cut_total",
@@ -49,25 +55,12 @@ func newMetrics(fw *firewall.Firewall) *metrics {
 		}),
 		logged: map[string]time.Time{},
 	}
-	m.registry.MustRegister(m.queries, m.updates, m.flowsCut, &connectionCollector{fw: fw, m: m})
+	m.registry.MustRegister(m.updates, m.flowsCut, &podCollector{n: n})
 	return m
 }
 
-func (m *metrics) setSandbox(s *egressapi.SandboxRef) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s == nil {
-		m.namespace, m.name = "", ""
-		return
-	}
-	m.namespace, m.name = s.Namespace, s.Name
-}
-
-func (m *metrics) sandbox() (string, string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.namespace, m.name
-}
+// Registry is what the agent's /metrics serves.
+func (n *Node) Registry() *prometheus.Registry { return n.metrics.registry }
 
 // shouldLog reports whether a denial of name is to be logged now.
 func (m *metrics) shouldLog(name string, now time.Time) bool {
@@ -90,44 +83,68 @@ func (m *metrics) shouldLog(name string, now time.Time) bool {
 	return true
 }
 
-// observeDNS counts a DNS decision and logs denials, rate-limited, with the sandbox's name.
-func (s *server) observeDNS(qname string, allowed bool, rcode int) {
-	ns, name := s.metrics.sandbox()
-	result := "allowed"
+// observeDNS counts a DNS decision of a pod and logs denials, rate-limited, with the sandbox's
+// name.
+func (n *Node) observeDNS(p *pod, qname string, allowed bool, rcode int) {
 	switch {
 	case !allowed:
-		result = "denied"
+		p.dnsStat.denied.Add(1)
 	case rcode != 0 && rcode != 3: // NOERROR and NXDOMAIN are answers
-		result = "failed"
+		p.dnsStat.failed.Add(1)
+	default:
+		p.dnsStat.allowed.Add(1)
 	}
-	s.metrics.queries.WithLabelValues(ns, name, result).Inc()
-	if !allowed && qname != "" {
-		s.denials.add(qname)
-	}
-	if !allowed && s.metrics.shouldLog(qname, time.Now()) {
-		klog.InfoS("Denied a DNS query", "sandbox", klog.KRef(ns, name), "query", qname)
-	}
-}
-
-// connectionCollector reads the filter's counters when scraped.
-type connectionCollector struct {
-	fw *firewall.Firewall
-	m  *metrics
-}
-
-var connectionsDesc = prometheus.NewDesc("sandbox_egress_connections_total",
-	"New outbound connections (and other flows) of the sandbox, by verdict: allowed or denied by the packet filter.",
-	[]string{"namespace", "name", "verdict"}, nil)
-
-func (c *connectionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- connectionsDesc }
-
-func (c *connectionCollector) Collect(ch chan<- prometheus.Metric) {
-	allowed, denied, err := c.fw.Counters()
-	if err != nil {
-		klog.V(2).InfoS("Reading the filter's counters", "err", err)
+	if allowed || qname == "" {
 		return
 	}
-	ns, name := c.m.sandbox()
-	ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.CounterValue, float64(allowed), ns, name, "allowed")
-	ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.CounterValue, float64(denied), ns, name, "denied")
+	p.denials.add(qname)
+	if n.metrics.shouldLog(qname, time.Now()) {
+		n.mu.RLock()
+		ref := sandboxRef(p.cfg)
+		n.mu.RUnlock()
+		klog.InfoS("Denied a DNS query", "sandbox", ref, "query", qname)
+	}
+}
+
+// podCollector makes the per-sandbox series of the pods the enforcer holds, reading the
+// filter's counters when scraped. The pod label tells the replicas of a sandbox apart; an idle
+// pool pod's series have an empty name.
+type podCollector struct{ n *Node }
+
+func (c *podCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- queriesDesc
+	ch <- connectionsDesc
+}
+
+func (c *podCollector) Collect(ch chan<- prometheus.Metric) {
+	type row struct {
+		uid, ns, name, pod string
+		dns                *dnsCounts
+	}
+	c.n.mu.RLock()
+	rows := make([]row, 0, len(c.n.pods))
+	for uid, p := range c.n.pods {
+		if p.gone || p.cfg == nil {
+			continue
+		}
+		r := row{uid: uid, ns: p.namespace, pod: p.name, dns: &p.dnsStat}
+		if s := p.cfg.Sandbox; s != nil {
+			r.name = s.Name
+		}
+		rows = append(rows, r)
+	}
+	c.n.mu.RUnlock()
+	for _, r := range rows {
+		ch <- prometheus.MustNewConstMetric(queriesDesc, prometheus.CounterValue, float64(r.dns.allowed.Load()), r.ns, r.name, r.pod, "allowed")
+		ch <- prometheus.MustNewConstMetric(queriesDesc, prometheus.CounterValue, float64(r.dns.denied.Load()), r.ns, r.name, r.pod, "denied")
+		ch <- prometheus.MustNewConstMetric(queriesDesc, prometheus.CounterValue, float64(r.dns.failed.Load()), r.ns, r.name, r.pod, "failed")
+		cnt, err := c.n.filter.Counters(r.uid)
+		if err != nil {
+			klog.V(2).InfoS("Reading a pod's filter counters", "podUID", r.uid, "err", err)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.CounterValue, float64(cnt.Allowed), r.ns, r.name, r.pod, "allowed")
+		ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.CounterValue, float64(cnt.Denied), r.ns, r.name, r.pod, "denied")
+		ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.CounterValue, float64(cnt.Spoofed), r.ns, r.name, r.pod, "spoofed")
+	}
 }

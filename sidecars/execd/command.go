@@ -99,6 +99,8 @@ sandbox-apiserver on the pod IP, over mutual TLS.`,
 
 func newInstallCommand() *cobra.Command {
 	to := execdapi.BinaryPath
+	waitEgress := false
+	ew := &EgressWait{NodeAddr: os.Getenv(execdapi.EnvHostIP), PodUID: os.Getenv(execdapi.EnvPodUID)}
 	cmd := &cobra.Command{
 		Use:   "install [--to PATH]",
 		Short: "Copy this binary to PATH (run by the init container)",
@@ -117,10 +119,16 @@ volume shared with the user's container.`,
 				return err
 			}
 			klog.InfoS("Installed sandbox-execd", "path", to)
-			return nil
+			if !waitEgress {
+				return nil
+			}
+			ew.CA = []byte(os.Getenv(execdapi.EnvClientCA))
+			return ew.Wait(cmd.Context())
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", to, "Path to install the binary at.")
+	cmd.Flags().BoolVar(&waitEgress, "wait-egress", waitEgress, "Then wait until the node agent (sandbox-node) says the pod's egress filter is in force: nothing of the sandbox runs before. The node's address, the pod's UID and the CA come from $"+execdapi.EnvHostIP+", $"+execdapi.EnvPodUID+" and $"+execdapi.EnvClientCA+".")
+	cmd.Flags().StringVar(&ew.Revision, "egress-revision", ew.Revision, "With --wait-egress: the revision of the policy the pod starts with.")
 	return cmd
 }
 

@@ -1,4 +1,4 @@
-package snapshotter
+package node
 
 import (
 	"context"
@@ -14,12 +14,15 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 const (
@@ -35,13 +38,17 @@ const (
 	containerdDialTimeout = 10 * time.Second
 )
 
-// Options of sandbox-snapshotter.
+// Options of sandbox-node.
 type Options struct {
 	ListenAddress string
 	HealthAddress string
+	WaitAddress   string
 	TLSCertFile   string
 	TLSKeyFile    string
 	ClientCAFile  string
+
+	// Egress: see egressOptions.
+	Egress egressOptions
 
 	ContainerdAddress   string
 	ContainerdNamespace string
@@ -56,8 +63,10 @@ type Options struct {
 // NewOptions are the defaults.
 func NewOptions() *Options {
 	o := &Options{
-		ListenAddress:          ":" + strconv.Itoa(snapshotterapi.Port),
-		HealthAddress:          ":" + strconv.Itoa(snapshotterapi.HealthPort),
+		ListenAddress:          ":" + strconv.Itoa(nodeapi.Port),
+		HealthAddress:          ":" + strconv.Itoa(nodeapi.HealthPort),
+		WaitAddress:            ":" + strconv.Itoa(nodeapi.WaitPort),
+		Egress:                 newEgressOptions(),
 		ContainerdAddress:      "/run/containerd/containerd.sock",
 		ContainerdNamespace:    "k8s.io",
 		Registry:               Registry{RepositoryPrefix: "kube-sandbox/snapshots"},
@@ -78,6 +87,12 @@ func (o *Options) Validate() error {
 		if _, _, err := net.SplitHostPort(o.HealthAddress); err != nil {
 			errs = append(errs, fmt.Errorf("--health-address %q: %w", o.HealthAddress, err))
 		}
+	}
+	if _, _, err := net.SplitHostPort(o.WaitAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--wait-address %q: %w", o.WaitAddress, err))
+	}
+	if err := o.Egress.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.TLSCertFile == "" || o.TLSKeyFile == "" || o.ClientCAFile == "" {
 		// The agent pushes any container of the node to the registry: never without TLS and
@@ -107,14 +122,15 @@ func (o *Options) Validate() error {
 
 // AddFlags binds the options to fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address (host:port) of the TLS port serving "+snapshotterapi.SnapshotPath+" and "+snapshotterapi.HealthzPath+" to clients with a certificate.")
-	fs.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, "Address (host:port) of the plain-HTTP "+snapshotterapi.HealthzPath+" for the kubelet's probes; empty serves none.")
-	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "PEM serving certificate (for "+snapshotterapi.ServerName+"), reloaded when it changes.")
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address (host:port) of the mutual-TLS port serving snapshots ("+nodeapi.SnapshotPath+") and pods' egress policies to sandbox-controller.")
+	fs.StringVar(&o.WaitAddress, "wait-address", o.WaitAddress, "Address (host:port) of the TLS port where sandbox pods' init containers wait for their egress filter (no client certificate).")
+	fs.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, "Address (host:port) of the plain-HTTP "+nodeapi.HealthzPath+" for the kubelet's probes; empty serves none.")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "PEM serving certificate (for "+nodeapi.ServerName+"), reloaded when it changes.")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "PEM key of --tls-cert-file, reloaded when it changes.")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "PEM CAs whose client certificates are accepted (the kube-sandbox CA), reloaded when it changes.")
 	fs.StringVar(&o.ContainerdAddress, "containerd-address", o.ContainerdAddress, "containerd's socket.")
 	fs.StringVar(&o.ContainerdNamespace, "containerd-namespace", o.ContainerdNamespace, "containerd namespace of the CRI plugin's containers.")
-	fs.StringVar(&o.Registry.Host, "registry", o.Registry.Host, "The snapshot registry, host[:port] (required): snapshots are pushed there, over HTTPS, and nowhere else.")
+	fs.StringVar(&o.Registry.Host, "registry", o.Registry.Host, "The snapshot registry, host[:port]: snapshots are pushed there, over HTTPS, and nowhere else. Empty: no snapshots (pause and resume are off).")
 	fs.StringVar(&o.Registry.RepositoryPrefix, "repository-prefix", o.Registry.RepositoryPrefix, "Repositories of the registry the agent may push to: those under this path.")
 	fs.StringVar(&o.Registry.CAFile, "registry-ca-file", o.Registry.CAFile, "PEM CAs of the registry's serving certificate (default: the system's), read at every push.")
 	fs.StringVar(&o.Registry.UsernameFile, "registry-username-file", o.Registry.UsernameFile, "File holding the registry's basic auth username, read at every push (default: anonymous).")
@@ -124,21 +140,31 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "On SIGTERM, how long running snapshots may go on before they are cancelled.")
 }
 
-// NewCommand is sandbox-snapshotter.
+// NewCommand is sandbox-node.
 func NewCommand() *cobra.Command {
 	o := NewOptions()
 	cmd := &cobra.Command{
-		Use:   "sandbox-snapshotter",
-		Short: "Node agent that commits sandbox containers' writable layers to the snapshot registry",
-		Long: `sandbox-snapshotter runs on every node (a DaemonSet). sandbox-controller asks it, when it
-pauses a sandbox, to commit the writable layer of the sandbox's container as a layer on top of
-the container's image and push that image to --registry, under --repository-prefix. It talks to
-containerd's socket and to the registry only.
+		Use:   "sandbox-node",
+		Short: "kube-sandbox's node agent: egress enforcement for every sandbox pod of the node, and snapshots",
+		Long: `sandbox-node runs on every node (a DaemonSet on the node's network). It does two things.
 
-It serves POST ` + snapshotterapi.SnapshotPath + ` and ` + snapshotterapi.HealthzPath + ` on --listen-address over TLS, to clients
-with a certificate of --client-ca-file, and snapshots for sandbox-controller only; and
-` + snapshotterapi.HealthzPath + ` on --health-address in plain HTTP. On SIGTERM it takes no new snapshots,
-lets the running ones finish for --shutdown-grace-period, then cancels them.`,
+Egress: it enforces each sandbox pod's outbound policy from the node's network namespace,
+where nothing in the pod can reach it: a stateful default-deny nf_tables filter keyed by the
+pod's host-side interface and addresses, and a DNS proxy (--dns-address) that answers each
+pod's queries by its policy. It watches the sandbox pods of --node-name (label
+` + egressapi.PodLabel + `), finds each one's interface through containerd, proves with a probe
+that the node's netfilter sees the pod's traffic, and then tells the pod's first init container
+(on --wait-address) that it may go on. sandbox-controller pushes each pod's policy. The rules
+outlive the agent: traffic stays filtered while it restarts.
+
+Snapshots: when sandbox-controller pauses a sandbox, it commits the writable layer of the
+sandbox's container as a layer on top of the container's image and pushes that image to
+--registry, under --repository-prefix (pause and resume; off without --registry).
+
+It serves sandbox-controller alone on --listen-address (mutual TLS, --client-ca-file), the
+pods' wait on --wait-address (TLS), and /healthz, /readyz and /metrics on --health-address
+(plain HTTP). On SIGTERM it takes no new snapshots, lets the running ones finish for
+--shutdown-grace-period, then cancels them; the filter stays.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -152,6 +178,7 @@ lets the running ones finish for --shutdown-grace-period, then cancels them.`,
 		},
 	}
 	o.AddFlags(cmd.Flags())
+	o.Egress.addFlags(cmd.Flags())
 	// Only klog's verbosity flags: a container logs to stderr.
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -164,7 +191,7 @@ lets the running ones finish for --shutdown-grace-period, then cancels them.`,
 // Execute runs cmd and returns the exit code.
 func Execute(ctx context.Context, cmd *cobra.Command) int {
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		klog.ErrorS(err, "sandbox-snapshotter failed")
+		klog.ErrorS(err, "sandbox-node failed")
 		klog.Flush()
 		return 1
 	}
@@ -189,8 +216,16 @@ func (o *Options) Run(ctx context.Context) error {
 	} else {
 		klog.InfoS("Connected to containerd", "address", o.ContainerdAddress, "version", v.Version)
 	}
+	// Egress first: a node whose kernel cannot enforce a policy has no agent, and no sandbox
+	// pod gets past its init container there.
+	eg, err := o.Egress.start(ctx, client, o.ContainerdNamespace)
+	if err != nil {
+		return err
+	}
 	registry := o.Registry
 	s := &server{
+		egress:       eg,
+		waitListen:   o.WaitAddress,
 		committer:    NewCommitter(client, o.ContainerdNamespace, &registry),
 		registry:     &registry,
 		tls:          files,
@@ -203,8 +238,11 @@ func (o *Options) Run(ctx context.Context) error {
 	return s.run(ctx)
 }
 
-// server is the running agent: the TLS port and the health port.
+// server is the running agent: the TLS port, the wait port and the health port.
 type server struct {
+	// egress is the enforcer; nil in tests of the snapshots alone.
+	egress       *egress.Agent
+	waitListen   string
 	committer    engine
 	registry     *Registry
 	tls          *fileTLS
@@ -215,7 +253,7 @@ type server struct {
 	grace        time.Duration
 	// ready, if set, is told the addresses listened on (tests listen on port 0).
 	ready func(addr, healthAddr net.Addr)
-	// heartbeat overrides snapshotterapi.Heartbeat in tests.
+	// heartbeat overrides nodeapi.Heartbeat in tests.
 	heartbeat time.Duration
 }
 
@@ -242,18 +280,61 @@ func (s *server) run(ctx context.Context) error {
 	}
 	var health *http.Server
 	var healthLn net.Listener
+	dnsReady := make(chan struct{})
 	if s.healthListen != "" {
 		if healthLn, err = net.Listen("tcp", s.healthListen); err != nil {
 			_ = ln.Close()
 			return err
 		}
 		mux := http.NewServeMux()
-		mux.HandleFunc(snapshotterapi.HealthzPath, h.serveHealthz)
+		mux.HandleFunc(nodeapi.HealthzPath, h.serveHealthz)
+		mux.HandleFunc(nodeapi.ReadyzPath, func(w http.ResponseWriter, req *http.Request) {
+			if s.egress != nil {
+				select {
+				case <-dnsReady:
+				default:
+					http.Error(w, "the DNS proxy is not serving yet", http.StatusServiceUnavailable)
+					return
+				}
+			}
+			h.serveHealthz(w, req)
+		})
+		if s.egress != nil {
+			mux.Handle(nodeapi.MetricsPath, promhttp.HandlerFor(s.egress.Registry(), promhttp.HandlerOpts{}))
+		}
 		health = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 4)
 	var wg sync.WaitGroup
+	var waitSrv *http.Server
+	dnsCtx, cancelDNS := context.WithCancel(ctx)
+	defer cancelDNS()
+	if s.egress != nil {
+		srv.Handler.(*http.ServeMux).Handle("/v1/pods/", s.egress.ControlHandler(authorize))
+		waitLn, err := net.Listen("tcp", s.waitListen)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		waitSrv = &http.Server{
+			Handler:           s.egress.WaitHandler(),
+			TLSConfig:         s.tls.serverOnlyConfig(),
+			ReadHeaderTimeout: 10 * time.Second,
+			TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){},
+			ErrorLog:          klog.NewStandardLogger("INFO"),
+		}
+		wg.Go(func() {
+			if err := waitSrv.ServeTLS(waitLn, "", ""); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serve %s: %w", s.waitListen, err)
+			}
+		})
+		wg.Go(func() {
+			if err := s.egress.ServeDNS(dnsCtx, func() { close(dnsReady) }); err != nil {
+				errc <- fmt.Errorf("dns proxy: %w", err)
+			}
+		})
+	}
 	wg.Go(func() {
 		if err := srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serve %s: %w", s.listen, err)
@@ -266,7 +347,7 @@ func (s *server) run(ctx context.Context) error {
 			}
 		})
 	}
-	klog.InfoS("sandbox-snapshotter serving", "address", ln.Addr().String(), "health", s.healthListen,
+	klog.InfoS("sandbox-node serving", "address", ln.Addr().String(), "health", s.healthListen,
 		"registry", s.registry.Host, "repositoryPrefix", s.registry.RepositoryPrefix, "maxSnapshotBytes", s.maxBytes)
 	if s.ready != nil {
 		var ha net.Addr
@@ -299,6 +380,15 @@ func (s *server) run(ctx context.Context) error {
 	if health != nil {
 		_ = health.Close()
 	}
+	if waitSrv != nil {
+		_ = waitSrv.Close()
+	}
+	cancelDNS()
 	wg.Wait()
+	if s.egress != nil {
+		// The rules stay in the kernel: the node's sandbox pods stay filtered while the agent
+		// is away.
+		_ = s.egress.Close()
+	}
 	return runErr
 }

@@ -1,4 +1,4 @@
-package snapshotter
+package node
 
 import (
 	"strings"
@@ -16,6 +16,7 @@ func TestOptionsValidate(t *testing.T) {
 		o := NewOptions()
 		o.TLSCertFile, o.TLSKeyFile, o.ClientCAFile = "/tls/tls.crt", "/tls/tls.key", "/tls/ca.crt"
 		o.Registry.Host = "registry.kube-sandbox.svc:5000"
+		o.Egress.NodeName, o.Egress.NodeAddrs = "node1", []string{"10.250.0.1"}
 		return o
 	}
 	tests := []struct {
@@ -27,7 +28,7 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "credentials and CA", modify: func(o *Options) {
 			o.Registry.UsernameFile, o.Registry.PasswordFile, o.Registry.CAFile = user, password, ca
 		}},
-		{name: "no registry", modify: func(o *Options) { o.Registry.Host = "" }, wantErr: "--registry is required"},
+		{name: "no registry: no snapshots", modify: func(o *Options) { o.Registry.Host = "" }},
 		{name: "a registry with a scheme", modify: func(o *Options) { o.Registry.Host = "https://r.example" }, wantErr: "want host[:port]"},
 		{name: "a registry with a path", modify: func(o *Options) { o.Registry.Host = "r.example/x" }, wantErr: "want host[:port]"},
 		{name: "an empty prefix", modify: func(o *Options) { o.Registry.RepositoryPrefix = "" }, wantErr: "--repository-prefix must not be empty"},
@@ -46,6 +47,9 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "no concurrency", modify: func(o *Options) { o.MaxConcurrentSnapshots = 0 }, wantErr: "--max-concurrent-snapshots"},
 		{name: "a bad listen address", modify: func(o *Options) { o.ListenAddress = "9446" }, wantErr: "--listen-address"},
 		{name: "no health port", modify: func(o *Options) { o.HealthAddress = "" }},
+		{name: "no node name", modify: func(o *Options) { o.Egress.NodeName = "" }, wantErr: "--node-name"},
+		{name: "a bad node address", modify: func(o *Options) { o.Egress.NodeAddrs = []string{"node1"} }, wantErr: "--node-ip"},
+		{name: "DNS addresses of two ports", modify: func(o *Options) { o.Egress.DNSAddresses = []string{":53", ":15353"} }, wantErr: "same port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package snapshotter
+package node
 
 import (
 	"archive/tar"
@@ -36,7 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 const (
@@ -250,8 +250,8 @@ func TestSnapshotAgainstContainerd(t *testing.T) {
 	}
 	ts := startServer(t, committer, func(s *server) { s.registry = registry; s.maxBytes = 1 << 30 })
 	c := ts.client(t, execdapi.ControllerIdentity)
-	request := func(tag string) *snapshotterapi.SnapshotRequest {
-		return &snapshotterapi.SnapshotRequest{PodUID: uid, Namespace: ns, Pod: pod, Container: "sandbox",
+	request := func(tag string) *nodeapi.SnapshotRequest {
+		return &nodeapi.SnapshotRequest{PodUID: uid, Namespace: ns, Pod: pod, Container: "sandbox",
 			Image: reg.host + "/kube-sandbox/snapshots/" + ns + "/" + pod + ":" + tag}
 	}
 	// nothingLeft: the agent's lease is gone, and so are the views it made.
@@ -328,8 +328,8 @@ func TestSnapshotAgainstContainerd(t *testing.T) {
 		}
 		events, _ := readStream(t, resp.Body)
 		_ = resp.Body.Close()
-		if last := events[len(events)-1]; last.Type != snapshotterapi.EventFailed || last.Reason != snapshotterapi.ReasonSnapshotTooLarge {
-			t.Errorf("last event %+v, want Failed %s", last, snapshotterapi.ReasonSnapshotTooLarge)
+		if last := events[len(events)-1]; last.Type != nodeapi.EventFailed || last.Reason != nodeapi.ReasonSnapshotTooLarge {
+			t.Errorf("last event %+v, want Failed %s", last, nodeapi.ReasonSnapshotTooLarge)
 		}
 		nothingLeft(t)
 		notPushed(t, r.Image)
@@ -337,8 +337,8 @@ func TestSnapshotAgainstContainerd(t *testing.T) {
 
 	t.Run("a container without a running task, when one is required", func(t *testing.T) {
 		_, err := NewCommitter(client, testNamespace, registry).Find(ctx, request("stopped"))
-		if reasonOf(err) != snapshotterapi.ReasonContainerNotFound {
-			t.Errorf("Find: %v, want %s", err, snapshotterapi.ReasonContainerNotFound)
+		if reasonOf(err) != nodeapi.ReasonContainerNotFound {
+			t.Errorf("Find: %v, want %s", err, nodeapi.ReasonContainerNotFound)
 		}
 	})
 
@@ -355,10 +355,10 @@ func TestSnapshotAgainstContainerd(t *testing.T) {
 			t.Fatalf("events %+v", events)
 		}
 		last := events[len(events)-1]
-		if last.Type != snapshotterapi.EventDone || last.Result == nil {
+		if last.Type != nodeapi.EventDone || last.Result == nil {
 			t.Fatalf("last event %+v, want Done", last)
 		}
-		if events[0].Stage != snapshotterapi.StageCommitting || events[len(events)-2].Stage != snapshotterapi.StagePushing ||
+		if events[0].Stage != nodeapi.StageCommitting || events[len(events)-2].Stage != nodeapi.StagePushing ||
 			events[len(events)-2].Bytes != last.Result.Size || events[len(events)-2].Total != last.Result.Size {
 			t.Errorf("progress %+v, want Committing first and Pushing of all %d bytes last", events, last.Result.Size)
 		}

@@ -1,7 +1,13 @@
-// Package snapshotter is sandbox-snapshotter, the node agent (a DaemonSet) that commits a
-// sandbox container's writable layer into an OCI image and pushes it to the snapshot registry,
-// so that a paused sandbox can come back from it on any node. sandbox-controller is its only
-// client; the wire contract is package snapshotterapi.
+// Package node is sandbox-node, kube-sandbox's node agent (a DaemonSet on the node's
+// network). It serves sandbox-controller, its only client, on one mutual-TLS port with one
+// identity (the wire contract is package nodeapi, and egressapi for egress), and does two
+// things:
+//
+//   - egress: each sandbox pod's outbound policy, enforced from the node's network namespace
+//     (package egress), and the wait port where each sandbox pod's first init container learns
+//     that its filter is in force;
+//   - snapshots: it commits a sandbox container's writable layer into an OCI image and pushes
+//     it to the snapshot registry, so that a paused sandbox can come back from it on any node.
 //
 // A snapshot is what nerdctl's commit does, through containerd's API only (containers,
 // images, content, snapshots, diff and leases services, all of which a containerd 1.6 daemon
@@ -10,4 +16,4 @@
 // the layer on top of the container's image, and push them with containerd's registry client,
 // the manifest last, so that the tag names either the whole snapshot or nothing. Everything it
 // writes to containerd is held by a lease it deletes at the end: the node keeps nothing.
-package snapshotter
+package node

@@ -1,9 +1,9 @@
-package snapshotter
+package node
 
 import (
 	"errors"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 // Error is a snapshot that failed for a reason sandbox-controller can act on: Reason is one
@@ -22,7 +22,7 @@ func reasonOf(err error) string {
 	if e, ok := errors.AsType[*Error](err); ok {
 		return e.Reason
 	}
-	return snapshotterapi.ReasonSnapshotFailed
+	return nodeapi.ReasonSnapshotFailed
 }
 
 func withReason(reason string, err error) error {

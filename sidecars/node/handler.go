@@ -1,4 +1,4 @@
-package snapshotter
+package node
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/distribution/reference"
 	"k8s.io/klog/v2"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 const (
@@ -30,8 +30,8 @@ const (
 // engine is what the handler needs of a Committer: the seam between the protocol and
 // containerd.
 type engine interface {
-	Find(ctx context.Context, req *snapshotterapi.SnapshotRequest) (*Container, error)
-	Snapshot(ctx context.Context, ctr *Container, image reference.NamedTagged, maxBytes int64, progress func(snapshotterapi.Event)) (*snapshotterapi.Result, error)
+	Find(ctx context.Context, req *nodeapi.SnapshotRequest) (*Container, error)
+	Snapshot(ctx context.Context, ctr *Container, image reference.NamedTagged, maxBytes int64, progress func(nodeapi.Event)) (*nodeapi.Result, error)
 	Healthy(ctx context.Context) error
 }
 
@@ -45,7 +45,7 @@ type handler struct {
 	// filesystem and a gzip in containerd, and more at once only slow each other down.
 	// Requests beyond it wait in their stream, with heartbeats.
 	slots chan struct{}
-	// heartbeat is snapshotterapi.Heartbeat, shorter in tests.
+	// heartbeat is nodeapi.Heartbeat, shorter in tests.
 	heartbeat time.Duration
 	// work ends running snapshots when the shutdown grace period is over.
 	work     context.Context
@@ -54,13 +54,13 @@ type handler struct {
 
 func newHandler(e engine, r *Registry, maxBytes int64, concurrent int, work context.Context) *handler {
 	return &handler{engine: e, registry: r, maxBytes: maxBytes, slots: make(chan struct{}, concurrent),
-		heartbeat: snapshotterapi.Heartbeat, work: work}
+		heartbeat: nodeapi.Heartbeat, work: work}
 }
 
 func (h *handler) mux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc(snapshotterapi.SnapshotPath, h.serveSnapshot)
-	mux.HandleFunc(snapshotterapi.HealthzPath, h.serveHealthz)
+	mux.HandleFunc(nodeapi.SnapshotPath, h.serveSnapshot)
+	mux.HandleFunc(nodeapi.HealthzPath, h.serveHealthz)
 	return mux
 }
 
@@ -82,7 +82,7 @@ type requestError struct {
 
 // parse reads, validates and authorizes a request: what is refused is answered before the
 // stream, as the contract says.
-func (h *handler) parse(w http.ResponseWriter, req *http.Request) (*snapshotterapi.SnapshotRequest, reference.NamedTagged, *requestError) {
+func (h *handler) parse(w http.ResponseWriter, req *http.Request) (*nodeapi.SnapshotRequest, reference.NamedTagged, *requestError) {
 	if req.Method != http.MethodPost {
 		return nil, nil, &requestError{http.StatusMethodNotAllowed, errors.New("POST a SnapshotRequest")}
 	}
@@ -90,10 +90,13 @@ func (h *handler) parse(w http.ResponseWriter, req *http.Request) (*snapshottera
 		return nil, nil, &requestError{http.StatusForbidden, err}
 	}
 	if h.draining.Load() {
-		return nil, nil, &requestError{http.StatusServiceUnavailable, errors.New("sandbox-snapshotter is shutting down")}
+		return nil, nil, &requestError{http.StatusServiceUnavailable, errors.New("sandbox-node is shutting down")}
+	}
+	if h.registry.Host == "" {
+		return nil, nil, &requestError{http.StatusServiceUnavailable, errors.New("sandbox-node has no snapshot registry (--registry): this cluster does not pause sandboxes")}
 	}
 	body := http.MaxBytesReader(w, req.Body, maxRequestBytes)
-	sr := &snapshotterapi.SnapshotRequest{}
+	sr := &nodeapi.SnapshotRequest{}
 	if err := json.NewDecoder(body).Decode(sr); err != nil {
 		return nil, nil, &requestError{http.StatusBadRequest, fmt.Errorf("the body is not a SnapshotRequest: %w", err)}
 	}
@@ -131,7 +134,7 @@ func (h *handler) serveSnapshot(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		code := http.StatusInternalServerError
 		switch {
-		case reasonOf(err) == snapshotterapi.ReasonContainerNotFound:
+		case reasonOf(err) == nodeapi.ReasonContainerNotFound:
 			code = http.StatusNotFound
 		case errdefs.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded):
 			code = http.StatusServiceUnavailable
@@ -159,15 +162,15 @@ func (h *handler) serveSnapshot(w http.ResponseWriter, req *http.Request) {
 
 	// Progress is dropped rather than waited for when the stream is behind: the next
 	// event carries the newer count.
-	events := make(chan snapshotterapi.Event, 16)
-	progress := func(e snapshotterapi.Event) {
+	events := make(chan nodeapi.Event, 16)
+	progress := func(e nodeapi.Event) {
 		select {
 		case events <- e:
 		default:
 		}
 	}
 	type outcome struct {
-		res *snapshotterapi.Result
+		res *nodeapi.Result
 		err error
 	}
 	done := make(chan outcome, 1)
@@ -187,7 +190,7 @@ func (h *handler) serveSnapshot(w http.ResponseWriter, req *http.Request) {
 	hb := time.NewTicker(h.heartbeat)
 	defer hb.Stop()
 	clientGone := false
-	send := func(e *snapshotterapi.Event) {
+	send := func(e *nodeapi.Event) {
 		if clientGone {
 			return
 		}
@@ -217,20 +220,20 @@ func (h *handler) serveSnapshot(w http.ResponseWriter, req *http.Request) {
 }
 
 // finish logs a snapshot's outcome and sends its last event.
-func (h *handler) finish(sr *snapshotterapi.SnapshotRequest, ctr *Container, start time.Time, res *snapshotterapi.Result, err error, send func(*snapshotterapi.Event)) {
+func (h *handler) finish(sr *nodeapi.SnapshotRequest, ctr *Container, start time.Time, res *nodeapi.Result, err error, send func(*nodeapi.Event)) {
 	pod := klog.KRef(sr.Namespace, sr.Pod)
 	took := time.Since(start).Round(time.Millisecond)
 	if err == nil {
 		klog.InfoS("Pushed a snapshot", "pod", pod, "container", sr.Container, "containerID", ctr.ID,
 			"image", res.Image, "digest", res.Digest, "layerSize", res.LayerSize, "took", took)
-		send(&snapshotterapi.Event{Type: snapshotterapi.EventDone, Result: res})
+		send(&nodeapi.Event{Type: nodeapi.EventDone, Result: res})
 		return
 	}
 	reason := reasonOf(err)
 	if errors.Is(err, context.Canceled) && h.work.Err() != nil {
-		err = fmt.Errorf("sandbox-snapshotter is shutting down: %w", err)
+		err = fmt.Errorf("sandbox-node is shutting down: %w", err)
 	}
 	klog.ErrorS(err, "Snapshot failed; nothing was pushed under its tag", "pod", pod, "container", sr.Container,
 		"containerID", ctr.ID, "image", sr.Image, "reason", reason, "took", took)
-	send(&snapshotterapi.Event{Type: snapshotterapi.EventFailed, Reason: reason, Message: err.Error()})
+	send(&nodeapi.Event{Type: nodeapi.EventFailed, Reason: reason, Message: err.Error()})
 }

@@ -1,4 +1,4 @@
-package snapshotter
+package node
 
 import (
 	"bufio"
@@ -20,30 +20,30 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 const testRegistryHost = "registry.example:5000"
 
 // fakeEngine stands for containerd in tests of the protocol.
 type fakeEngine struct {
-	find     func(ctx context.Context, req *snapshotterapi.SnapshotRequest) (*Container, error)
-	snapshot func(ctx context.Context, ctr *Container, image reference.NamedTagged, maxBytes int64, progress func(snapshotterapi.Event)) (*snapshotterapi.Result, error)
+	find     func(ctx context.Context, req *nodeapi.SnapshotRequest) (*Container, error)
+	snapshot func(ctx context.Context, ctr *Container, image reference.NamedTagged, maxBytes int64, progress func(nodeapi.Event)) (*nodeapi.Result, error)
 	healthy  error
 }
 
-func (f *fakeEngine) Find(ctx context.Context, req *snapshotterapi.SnapshotRequest) (*Container, error) {
+func (f *fakeEngine) Find(ctx context.Context, req *nodeapi.SnapshotRequest) (*Container, error) {
 	if f.find != nil {
 		return f.find(ctx, req)
 	}
 	return &Container{ID: "c1", Snapshotter: "overlayfs", SnapshotKey: "c1", Image: "example.com/base:1"}, nil
 }
 
-func (f *fakeEngine) Snapshot(ctx context.Context, ctr *Container, image reference.NamedTagged, maxBytes int64, progress func(snapshotterapi.Event)) (*snapshotterapi.Result, error) {
+func (f *fakeEngine) Snapshot(ctx context.Context, ctr *Container, image reference.NamedTagged, maxBytes int64, progress func(nodeapi.Event)) (*nodeapi.Result, error) {
 	if f.snapshot != nil {
 		return f.snapshot(ctx, ctr, image, maxBytes, progress)
 	}
-	return &snapshotterapi.Result{Image: image.String(), Digest: "sha256:abc"}, nil
+	return &nodeapi.Result{Image: image.String(), Digest: "sha256:abc"}, nil
 }
 
 func (f *fakeEngine) Healthy(context.Context) error { return f.healthy }
@@ -61,7 +61,7 @@ type testServer struct {
 func startServer(t *testing.T, e engine, modify func(*server)) *testServer {
 	t.Helper()
 	ts := &testServer{serverCA: newTestCA(t, "server CA"), clientCA: newTestCA(t, "kube-sandbox CA"), tlsDir: t.TempDir(), done: make(chan error, 1)}
-	c, k := ts.serverCA.issue(t, "sandbox-snapshotter", true)
+	c, k := ts.serverCA.issue(t, "sandbox-node", true)
 	files, err := newFileTLS(writeFile(t, ts.tlsDir, "tls.crt", c), writeFile(t, ts.tlsDir, "tls.key", k),
 		writeFile(t, ts.tlsDir, "ca.crt", ts.clientCA.pem))
 	if err != nil {
@@ -104,10 +104,10 @@ func (ts *testServer) client(t *testing.T, cn string) *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS(t, ts.serverCA, ts.clientCA, cn)}}
 }
 
-func (ts *testServer) url() string { return "https://" + ts.addr + snapshotterapi.SnapshotPath }
+func (ts *testServer) url() string { return "https://" + ts.addr + nodeapi.SnapshotPath }
 
-func testRequest(image string) *snapshotterapi.SnapshotRequest {
-	return &snapshotterapi.SnapshotRequest{PodUID: "uid-1", Namespace: "ns", Pod: "sb-abc", Container: "sandbox", Image: image}
+func testRequest(image string) *nodeapi.SnapshotRequest {
+	return &nodeapi.SnapshotRequest{PodUID: "uid-1", Namespace: "ns", Pod: "sb-abc", Container: "sandbox", Image: image}
 }
 
 func goodImage() string { return testRegistryHost + "/kube-sandbox/snapshots/ns/sb:1" }
@@ -129,7 +129,7 @@ func post(ctx context.Context, t *testing.T, c *http.Client, url string, body an
 }
 
 // readStream reads a stream to its end: its events, and how many heartbeats came.
-func readStream(t *testing.T, r io.Reader) (events []snapshotterapi.Event, heartbeats int) {
+func readStream(t *testing.T, r io.Reader) (events []nodeapi.Event, heartbeats int) {
 	t.Helper()
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
@@ -137,7 +137,7 @@ func readStream(t *testing.T, r io.Reader) (events []snapshotterapi.Event, heart
 			heartbeats++
 			continue
 		}
-		var e snapshotterapi.Event
+		var e nodeapi.Event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("line %q: %v", sc.Text(), err)
 		}
@@ -184,10 +184,10 @@ func TestIdentity(t *testing.T) {
 }
 
 func TestRequestRefused(t *testing.T) {
-	e := &fakeEngine{find: func(_ context.Context, req *snapshotterapi.SnapshotRequest) (*Container, error) {
+	e := &fakeEngine{find: func(_ context.Context, req *nodeapi.SnapshotRequest) (*Container, error) {
 		switch req.Pod {
 		case "gone":
-			return nil, withReason(snapshotterapi.ReasonContainerNotFound, errors.New("no such container"))
+			return nil, withReason(nodeapi.ReasonContainerNotFound, errors.New("no such container"))
 		case "down":
 			return nil, fmt.Errorf("list containers: %w", errdefs.ErrUnavailable)
 		}
@@ -195,7 +195,7 @@ func TestRequestRefused(t *testing.T) {
 	}}
 	ts := startServer(t, e, nil)
 	c := ts.client(t, execdapi.ControllerIdentity)
-	with := func(f func(*snapshotterapi.SnapshotRequest)) *snapshotterapi.SnapshotRequest {
+	with := func(f func(*nodeapi.SnapshotRequest)) *nodeapi.SnapshotRequest {
 		r := testRequest(goodImage())
 		f(r)
 		return r
@@ -208,13 +208,13 @@ func TestRequestRefused(t *testing.T) {
 	}{
 		{"GET", http.MethodGet, "", http.StatusMethodNotAllowed},
 		{"not JSON", http.MethodPost, "{", http.StatusBadRequest},
-		{"no pod UID", http.MethodPost, with(func(r *snapshotterapi.SnapshotRequest) { r.PodUID = "" }), http.StatusBadRequest},
-		{"negative maxBytes", http.MethodPost, with(func(r *snapshotterapi.SnapshotRequest) { r.MaxBytes = -1 }), http.StatusBadRequest},
+		{"no pod UID", http.MethodPost, with(func(r *nodeapi.SnapshotRequest) { r.PodUID = "" }), http.StatusBadRequest},
+		{"negative maxBytes", http.MethodPost, with(func(r *nodeapi.SnapshotRequest) { r.MaxBytes = -1 }), http.StatusBadRequest},
 		{"another registry", http.MethodPost, testRequest("elsewhere.example/kube-sandbox/snapshots/a:1"), http.StatusBadRequest},
 		{"outside the prefix", http.MethodPost, testRequest(testRegistryHost + "/library/busybox:1"), http.StatusBadRequest},
 		{"no tag", http.MethodPost, testRequest(testRegistryHost + "/kube-sandbox/snapshots/a"), http.StatusBadRequest},
-		{"no container", http.MethodPost, with(func(r *snapshotterapi.SnapshotRequest) { r.Pod = "gone" }), http.StatusNotFound},
-		{"containerd down", http.MethodPost, with(func(r *snapshotterapi.SnapshotRequest) { r.Pod = "down" }), http.StatusServiceUnavailable},
+		{"no container", http.MethodPost, with(func(r *nodeapi.SnapshotRequest) { r.Pod = "gone" }), http.StatusNotFound},
+		{"containerd down", http.MethodPost, with(func(r *nodeapi.SnapshotRequest) { r.Pod = "down" }), http.StatusServiceUnavailable},
 		{"too large a body", http.MethodPost, `{"pod":"` + strings.Repeat("a", maxRequestBytes) + `"}`, http.StatusBadRequest},
 	}
 	for _, tt := range tests {
@@ -242,16 +242,16 @@ func TestRequestRefused(t *testing.T) {
 
 func TestStream(t *testing.T) {
 	var gotMax atomic.Int64
-	e := &fakeEngine{snapshot: func(ctx context.Context, _ *Container, image reference.NamedTagged, maxBytes int64, progress func(snapshotterapi.Event)) (*snapshotterapi.Result, error) {
+	e := &fakeEngine{snapshot: func(ctx context.Context, _ *Container, image reference.NamedTagged, maxBytes int64, progress func(nodeapi.Event)) (*nodeapi.Result, error) {
 		gotMax.Store(maxBytes)
-		progress(snapshotterapi.Event{Type: snapshotterapi.EventProgress, Stage: snapshotterapi.StageCommitting, Bytes: 5})
+		progress(nodeapi.Event{Type: nodeapi.EventProgress, Stage: nodeapi.StageCommitting, Bytes: 5})
 		// Quiet for a few heartbeats.
 		time.Sleep(150 * time.Millisecond)
-		progress(snapshotterapi.Event{Type: snapshotterapi.EventProgress, Stage: snapshotterapi.StagePushing, Bytes: 5, Total: 10})
+		progress(nodeapi.Event{Type: nodeapi.EventProgress, Stage: nodeapi.StagePushing, Bytes: 5, Total: 10})
 		if maxBytes < 500 {
-			return nil, withReason(snapshotterapi.ReasonSnapshotTooLarge, errors.New("too large"))
+			return nil, withReason(nodeapi.ReasonSnapshotTooLarge, errors.New("too large"))
 		}
-		return &snapshotterapi.Result{Image: image.String(), Digest: "sha256:abc"}, nil
+		return &nodeapi.Result{Image: image.String(), Digest: "sha256:abc"}, nil
 	}}
 	ts := startServer(t, e, nil)
 	c := ts.client(t, execdapi.ControllerIdentity)
@@ -260,12 +260,12 @@ func TestStream(t *testing.T) {
 		name       string
 		maxBytes   int64
 		wantMax    int64
-		wantLast   snapshotterapi.EventType
+		wantLast   nodeapi.EventType
 		wantReason string
 	}{
-		{"the agent's limit", 0, 1000, snapshotterapi.EventDone, ""},
-		{"a lower limit asked for", 100, 100, snapshotterapi.EventFailed, snapshotterapi.ReasonSnapshotTooLarge},
-		{"no higher limit than the agent's", 1 << 40, 1000, snapshotterapi.EventDone, ""},
+		{"the agent's limit", 0, 1000, nodeapi.EventDone, ""},
+		{"a lower limit asked for", 100, 100, nodeapi.EventFailed, nodeapi.ReasonSnapshotTooLarge},
+		{"no higher limit than the agent's", 1 << 40, 1000, nodeapi.EventDone, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -283,14 +283,14 @@ func TestStream(t *testing.T) {
 			if heartbeats == 0 {
 				t.Error("no heartbeat on a quiet stream")
 			}
-			if len(events) != 3 || events[0].Stage != snapshotterapi.StageCommitting || events[1].Stage != snapshotterapi.StagePushing {
+			if len(events) != 3 || events[0].Stage != nodeapi.StageCommitting || events[1].Stage != nodeapi.StagePushing {
 				t.Fatalf("events %+v, want Committing, Pushing and the end", events)
 			}
 			last := events[len(events)-1]
 			if last.Type != tt.wantLast || last.Reason != tt.wantReason {
 				t.Errorf("last event %+v, want %s %s", last, tt.wantLast, tt.wantReason)
 			}
-			if tt.wantLast == snapshotterapi.EventDone && (last.Result == nil || last.Result.Image != goodImage()) {
+			if tt.wantLast == nodeapi.EventDone && (last.Result == nil || last.Result.Image != goodImage()) {
 				t.Errorf("result %+v", last.Result)
 			}
 			if gotMax.Load() != tt.wantMax {
@@ -304,8 +304,8 @@ func TestStream(t *testing.T) {
 func TestClientDisconnectCancels(t *testing.T) {
 	started := make(chan struct{})
 	ended := make(chan error, 1)
-	e := &fakeEngine{snapshot: func(ctx context.Context, _ *Container, _ reference.NamedTagged, _ int64, progress func(snapshotterapi.Event)) (*snapshotterapi.Result, error) {
-		progress(snapshotterapi.Event{Type: snapshotterapi.EventProgress, Stage: snapshotterapi.StageCommitting})
+	e := &fakeEngine{snapshot: func(ctx context.Context, _ *Container, _ reference.NamedTagged, _ int64, progress func(nodeapi.Event)) (*nodeapi.Result, error) {
+		progress(nodeapi.Event{Type: nodeapi.EventProgress, Stage: nodeapi.StageCommitting})
 		close(started)
 		select {
 		case <-ctx.Done():
@@ -313,7 +313,7 @@ func TestClientDisconnectCancels(t *testing.T) {
 			return nil, ctx.Err()
 		case <-time.After(20 * time.Second):
 			ended <- nil
-			return &snapshotterapi.Result{}, nil
+			return &nodeapi.Result{}, nil
 		}
 	}}
 	ts := startServer(t, e, func(s *server) { s.heartbeat = time.Hour })
@@ -340,22 +340,22 @@ func TestShutdown(t *testing.T) {
 		name      string
 		grace     time.Duration
 		takes     time.Duration
-		wantLast  snapshotterapi.EventType
+		wantLast  nodeapi.EventType
 		wantInMsg string
 	}{
-		{"a snapshot that ends within the grace period", 2 * time.Second, 200 * time.Millisecond, snapshotterapi.EventDone, ""},
-		{"a snapshot cancelled when it is over", 200 * time.Millisecond, 20 * time.Second, snapshotterapi.EventFailed, "shutting down"},
+		{"a snapshot that ends within the grace period", 2 * time.Second, 200 * time.Millisecond, nodeapi.EventDone, ""},
+		{"a snapshot cancelled when it is over", 200 * time.Millisecond, 20 * time.Second, nodeapi.EventFailed, "shutting down"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			started := make(chan struct{})
-			e := &fakeEngine{snapshot: func(ctx context.Context, _ *Container, image reference.NamedTagged, _ int64, _ func(snapshotterapi.Event)) (*snapshotterapi.Result, error) {
+			e := &fakeEngine{snapshot: func(ctx context.Context, _ *Container, image reference.NamedTagged, _ int64, _ func(nodeapi.Event)) (*nodeapi.Result, error) {
 				close(started)
 				select {
 				case <-ctx.Done():
 					return nil, ctx.Err()
 				case <-time.After(tt.takes):
-					return &snapshotterapi.Result{Image: image.String()}, nil
+					return &nodeapi.Result{Image: image.String()}, nil
 				}
 			}}
 			ts := startServer(t, e, func(s *server) { s.grace = tt.grace })
@@ -411,10 +411,10 @@ func TestHealthz(t *testing.T) {
 			// The plain port, for the kubelet, and the TLS one, for clients with a certificate.
 			for _, get := range []func() (*http.Response, error){
 				func() (*http.Response, error) {
-					return http.Get("http://" + ts.healthAddr + snapshotterapi.HealthzPath)
+					return http.Get("http://" + ts.healthAddr + nodeapi.HealthzPath)
 				},
 				func() (*http.Response, error) {
-					return ts.client(t, execdapi.ControllerIdentity).Get("https://" + ts.addr + snapshotterapi.HealthzPath)
+					return ts.client(t, execdapi.ControllerIdentity).Get("https://" + ts.addr + nodeapi.HealthzPath)
 				},
 			} {
 				resp, err := get()
@@ -442,7 +442,7 @@ func TestTLSReload(t *testing.T) {
 		defer func() { _ = conn.Close() }()
 		// The server verifies the client's certificate after the client's side of the
 		// handshake is done: a request tells whether it was taken.
-		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", snapshotterapi.HealthzPath); err != nil {
+		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", nodeapi.HealthzPath); err != nil {
 			return "", err
 		}
 		if _, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil {
@@ -456,7 +456,7 @@ func TestTLSReload(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c, k := ts.serverCA.issue(t, "sandbox-snapshotter", true)
+	c, k := ts.serverCA.issue(t, "sandbox-node", true)
 	writeFile(t, ts.tlsDir, "tls.crt", c)
 	writeFile(t, ts.tlsDir, "tls.key", k)
 	second, err := serial(controller)

@@ -1,4 +1,4 @@
-package snapshotter
+package node
 
 import (
 	"encoding/json"

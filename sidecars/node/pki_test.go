@@ -1,4 +1,4 @@
-package snapshotter
+package node
 
 import (
 	"crypto/ecdsa"
@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 // testCA is a CA for the tests' servers and clients.
@@ -72,7 +72,7 @@ func (ca *testCA) issue(t *testing.T, cn string, server bool) (certPEM, keyPEM [
 	}
 	if server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.DNSNames = []string{snapshotterapi.ServerName}
+		tmpl.DNSNames = []string{nodeapi.ServerName}
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
@@ -93,7 +93,7 @@ func clientTLS(t *testing.T, serverCA, ca *testCA, cn string) *tls.Config {
 	t.Helper()
 	roots := x509.NewCertPool()
 	roots.AddCert(serverCA.cert)
-	cfg := &tls.Config{RootCAs: roots, ServerName: snapshotterapi.ServerName, MinVersion: tls.VersionTLS13}
+	cfg := &tls.Config{RootCAs: roots, ServerName: nodeapi.ServerName, MinVersion: tls.VersionTLS13}
 	if ca != nil {
 		c, k := ca.issue(t, cn, false)
 		pair, err := tls.X509KeyPair(c, k)

@@ -1,4 +1,4 @@
-package snapshotter
+package node
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 const (
@@ -61,7 +61,8 @@ type Registry struct {
 // an error at start rather than at the first pause.
 func (r *Registry) validate() error {
 	if r.Host == "" {
-		return errors.New("--registry is required: the agent pushes snapshots to that registry only")
+		// No registry: no pause and resume on this cluster; the snapshot endpoint says so.
+		return nil
 	}
 	named, err := reference.ParseNamed(r.Host + "/x")
 	if err != nil || reference.Domain(named) != r.Host {
@@ -166,7 +167,7 @@ func readCredential(path string) (string, error) {
 func (r *Registry) resolver() (remotes.Resolver, func(), error) {
 	roots, err := r.rootCAs()
 	if err != nil {
-		return nil, nil, withReason(snapshotterapi.ReasonRegistryUnavailable, err)
+		return nil, nil, withReason(nodeapi.ReasonRegistryUnavailable, err)
 	}
 	transport := &http.Transport{
 		// No proxy from the environment: the snapshot registry is the cluster's own.
@@ -190,7 +191,7 @@ func (r *Registry) resolver() (remotes.Resolver, func(), error) {
 	if r.UsernameFile != "" {
 		user, password, err := r.credentials()
 		if err != nil {
-			return nil, nil, withReason(snapshotterapi.ReasonRegistryUnauthorized, err)
+			return nil, nil, withReason(nodeapi.ReasonRegistryUnauthorized, err)
 		}
 		host.Authorizer = docker.NewDockerAuthorizer(docker.WithAuthClient(client),
 			docker.WithAuthCreds(func(h string) (string, string, error) {
@@ -291,18 +292,18 @@ func registryError(err error) error {
 		msg := fmt.Errorf("the registry answered %s to %s %s", status.Status, status.RequestMethod, redactURL(status.RequestURL))
 		switch status.StatusCode {
 		case http.StatusUnauthorized, http.StatusForbidden:
-			return withReason(snapshotterapi.ReasonRegistryUnauthorized, msg)
+			return withReason(nodeapi.ReasonRegistryUnauthorized, msg)
 		case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
 			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			return withReason(snapshotterapi.ReasonRegistryUnavailable, msg)
+			return withReason(nodeapi.ReasonRegistryUnavailable, msg)
 		}
-		return withReason(snapshotterapi.ReasonSnapshotFailed, msg)
+		return withReason(nodeapi.ReasonSnapshotFailed, msg)
 	}
 	if errors.Is(err, docker.ErrInvalidAuthorization) {
-		return withReason(snapshotterapi.ReasonRegistryUnauthorized, err)
+		return withReason(nodeapi.ReasonRegistryUnauthorized, err)
 	}
 	if isConnectionError(err) {
-		return withReason(snapshotterapi.ReasonRegistryUnavailable, err)
+		return withReason(nodeapi.ReasonRegistryUnavailable, err)
 	}
 	return err
 }

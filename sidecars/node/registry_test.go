@@ -1,4 +1,4 @@
-package snapshotter
+package node
 
 import (
 	"archive/tar"
@@ -33,7 +33,7 @@ import (
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 const (
@@ -286,20 +286,20 @@ func TestPushErrors(t *testing.T) {
 		reg        func(t *testing.T) *Registry
 		wantReason string
 	}{
-		{"wrong password", func(t *testing.T) *Registry { return good.config(t, testUser, "wrong") }, snapshotterapi.ReasonRegistryUnauthorized},
-		{"no credentials", func(t *testing.T) *Registry { return good.config(t, "", "") }, snapshotterapi.ReasonRegistryUnauthorized},
-		{"403", func(t *testing.T) *Registry { return forbidden.config(t, testUser, testPassword) }, snapshotterapi.ReasonRegistryUnauthorized},
-		{"503", func(t *testing.T) *Registry { return unavailable.config(t, testUser, testPassword) }, snapshotterapi.ReasonRegistryUnavailable},
+		{"wrong password", func(t *testing.T) *Registry { return good.config(t, testUser, "wrong") }, nodeapi.ReasonRegistryUnauthorized},
+		{"no credentials", func(t *testing.T) *Registry { return good.config(t, "", "") }, nodeapi.ReasonRegistryUnauthorized},
+		{"403", func(t *testing.T) *Registry { return forbidden.config(t, testUser, testPassword) }, nodeapi.ReasonRegistryUnauthorized},
+		{"503", func(t *testing.T) *Registry { return unavailable.config(t, testUser, testPassword) }, nodeapi.ReasonRegistryUnavailable},
 		{"nothing listens", func(t *testing.T) *Registry {
 			r := good.config(t, testUser, testPassword)
 			r.Host = closedHost
 			return r
-		}, snapshotterapi.ReasonRegistryUnavailable},
+		}, nodeapi.ReasonRegistryUnavailable},
 		{"certificate of another CA", func(t *testing.T) *Registry {
 			r := good.config(t, testUser, testPassword)
 			r.CAFile = otherCA
 			return r
-		}, snapshotterapi.ReasonRegistryUnavailable},
+		}, nodeapi.ReasonRegistryUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -323,7 +323,7 @@ func TestPushErrors(t *testing.T) {
 
 func TestRegistryErrorKeepsCancellation(t *testing.T) {
 	for _, err := range []error{context.Canceled, context.DeadlineExceeded} {
-		if got := registryError(err); !errors.Is(got, err) || reasonOf(got) != snapshotterapi.ReasonSnapshotFailed {
+		if got := registryError(err); !errors.Is(got, err) || reasonOf(got) != nodeapi.ReasonSnapshotFailed {
 			t.Errorf("registryError(%v) = %v", err, got)
 		}
 	}

@@ -1,4 +1,4 @@
-package snapshotter
+package node
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 // The labels the CRI plugin puts on the containers of a pod (the kubelet's names), by which
@@ -92,7 +92,7 @@ type candidate struct {
 // Find is the container of req: the one of the pod (UID, namespace and name all match) and
 // container name whose task runs. Several may match after restarts: the others' tasks have
 // exited. None running is ContainerNotFound.
-func (c *Committer) Find(ctx context.Context, req *snapshotterapi.SnapshotRequest) (*Container, error) {
+func (c *Committer) Find(ctx context.Context, req *nodeapi.SnapshotRequest) (*Container, error) {
 	ctx = namespaces.WithNamespace(ctx, c.namespace)
 	// The filter narrows the list on the daemon's side; matches checks every label here.
 	filter := fmt.Sprintf("labels.%q==%q,labels.%q==%q", labelPodUID, req.PodUID, labelContainerName, req.Container)
@@ -120,13 +120,13 @@ func (c *Committer) Find(ctx context.Context, req *snapshotterapi.SnapshotReques
 	}
 	chosen, err := pick(cands, c.requireRunningTask)
 	if err != nil {
-		return nil, withReason(snapshotterapi.ReasonContainerNotFound,
+		return nil, withReason(nodeapi.ReasonContainerNotFound,
 			fmt.Errorf("container %q of pod %s/%s (%s): %w", req.Container, req.Namespace, req.Pod, req.PodUID, err))
 	}
 	return &Container{ID: chosen.ID, Snapshotter: chosen.Snapshotter, SnapshotKey: chosen.SnapshotKey, Image: chosen.Image}, nil
 }
 
-func matches(l map[string]string, req *snapshotterapi.SnapshotRequest) bool {
+func matches(l map[string]string, req *nodeapi.SnapshotRequest) bool {
 	return l[labelPodUID] == req.PodUID && l[labelPodNamespace] == req.Namespace && l[labelPodName] == req.Pod &&
 		l[labelContainerName] == req.Container && l[labelCRIKind] == criKindContainer
 }
@@ -173,12 +173,13 @@ func pick(cands []candidate, requireRunning bool) (*containers.Container, error)
 }
 
 // Snapshot commits ctr's writable layer as a layer on top of its image, pushes the image to
-// image, and reports Progress events through progress. The container is left as it is: its
-// task is not paused, so a file written while the diff runs may or may not be in the
-// snapshot (sandbox-controller snapshots sandboxes it has stopped using). maxBytes bounds the
-// layer, compressed. Nothing is left in containerd: what it writes is held by a lease that
+// image, and reports Progress events through progress. The container's task is frozen while
+// its layer is committed (containerd's task Pause: the cgroup freezer under runc, runsc pause
+// under gVisor), so that the snapshot is one moment of its filesystem, not a file written
+// half-way through the diff; it is thawed once the layer is in the content store, before the
+// push. maxBytes bounds the layer, compressed. Nothing is left in containerd: what it writes is held by a lease that
 // is gone when it returns.
-func (c *Committer) Snapshot(ctx context.Context, ctr *Container, image reference.NamedTagged, maxBytes int64, progress func(snapshotterapi.Event)) (*snapshotterapi.Result, error) {
+func (c *Committer) Snapshot(ctx context.Context, ctr *Container, image reference.NamedTagged, maxBytes int64, progress func(nodeapi.Event)) (*nodeapi.Result, error) {
 	ctx = namespaces.WithNamespace(ctx, c.namespace)
 	ctx, done, err := c.client.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(leaseExpiry))
 	if err != nil {
@@ -197,13 +198,18 @@ func (c *Committer) Snapshot(ctx context.Context, ctr *Container, image referenc
 	if err != nil {
 		return nil, err
 	}
-	progress(snapshotterapi.Event{Type: snapshotterapi.EventProgress, Stage: snapshotterapi.StageCommitting})
+	progress(nodeapi.Event{Type: nodeapi.EventProgress, Stage: nodeapi.StageCommitting})
+	thaw, err := c.freeze(ctx, ctr)
+	if err != nil {
+		return nil, err
+	}
 	layer, err := c.diff(ctx, ctr, maxBytes, progress)
+	thaw()
 	if err != nil {
 		return nil, err
 	}
 	created := time.Now().UTC()
-	built, err := buildImage(base, layer, created, fmt.Sprintf("sandbox-snapshotter: writable layer of container %s", ctr.ID))
+	built, err := buildImage(base, layer, created, fmt.Sprintf("sandbox-node: writable layer of container %s", ctr.ID))
 	if err != nil {
 		return nil, fmt.Errorf("build the image: %w", err)
 	}
@@ -217,20 +223,54 @@ func (c *Committer) Snapshot(ctx context.Context, ctr *Container, image referenc
 		return nil, fmt.Errorf("write the manifest: %w", err)
 	}
 
-	pushing := &throttle{progress: progress, interval: c.progressInterval, stage: snapshotterapi.StagePushing, total: built.Size}
+	pushing := &throttle{progress: progress, interval: c.progressInterval, stage: nodeapi.StagePushing, total: built.Size}
 	pushing.report(0, true)
 	if err := c.registry.push(ctx, cs, image, built.ManifestDesc, func(n int64) { pushing.report(n, false) }); err != nil {
 		return nil, fmt.Errorf("push %s: %w", image, err)
 	}
 	pushing.report(0, true)
 	rememberSource(ctx, cs, image.String(), append([]ocispec.Descriptor{built.ConfigDesc}, built.Layers...))
-	return &snapshotterapi.Result{
+	return &nodeapi.Result{
 		Image:     image.String(),
 		Digest:    built.ManifestDesc.Digest.String(),
 		LayerSize: layer.Blob.Size,
 		Size:      built.Size,
 		BaseImage: base.Name,
 		Created:   created,
+	}, nil
+}
+
+// freeze pauses the container's task, if it has a running one, and returns what thaws it. A
+// task that cannot be paused fails the snapshot: an inconsistent one is worse than none, and
+// the sandbox keeps running.
+func (c *Committer) freeze(ctx context.Context, ctr *Container) (func(), error) {
+	cont, err := c.client.LoadContainer(ctx, ctr.ID)
+	if err != nil {
+		return nil, fmt.Errorf("load container %s: %w", ctr.ID, err)
+	}
+	task, err := cont.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return func() {}, nil // nothing runs: nothing writes
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the task of container %s: %w", ctr.ID, err)
+	}
+	if st, err := task.Status(ctx); err != nil || st.Status != containerd.Running {
+		return func() {}, nil
+	}
+	if err := task.Pause(ctx); err != nil {
+		return nil, fmt.Errorf("freeze container %s for a consistent snapshot: %w", ctr.ID, err)
+	}
+	start := time.Now()
+	return func() {
+		// Even when the client has gone: a frozen sandbox would stay frozen.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if err := task.Resume(cctx); err != nil {
+			klog.ErrorS(err, "Thawing a container after its snapshot", "container", ctr.ID)
+			return
+		}
+		klog.V(4).InfoS("Thawed a container after committing its layer", "container", ctr.ID, "frozen", time.Since(start))
 	}, nil
 }
 
@@ -261,7 +301,7 @@ func (c *Committer) baseImage(ctx context.Context, name string) (*baseImage, err
 // diff has containerd's diff service write the difference between ctr's snapshot and its
 // parent into the content store, as an OCI gzip layer, and reports the bytes written as it
 // goes. A layer past maxBytes is SnapshotTooLarge, as soon as it gets there.
-func (c *Committer) diff(ctx context.Context, ctr *Container, maxBytes int64, progress func(snapshotterapi.Event)) (newLayer, error) {
+func (c *Committer) diff(ctx context.Context, ctr *Container, maxBytes int64, progress func(nodeapi.Event)) (newLayer, error) {
 	// The ingest ref is how the writer's progress is read while the daemon writes.
 	ref := "kube-sandbox-snapshot-" + ctr.ID + "-" + randomSuffix()
 	dctx, cancel := context.WithCancel(ctx)
@@ -279,7 +319,7 @@ func (c *Committer) diff(ctx context.Context, ctr *Container, maxBytes int64, pr
 	}()
 
 	tooLarge := func(n int64) error {
-		return withReason(snapshotterapi.ReasonSnapshotTooLarge,
+		return withReason(nodeapi.ReasonSnapshotTooLarge,
 			fmt.Errorf("the writable layer of container %s is more than %d bytes compressed (%d so far)", ctr.ID, maxBytes, n))
 	}
 	tick := time.NewTicker(c.progressInterval)
@@ -290,7 +330,7 @@ func (c *Committer) diff(ctx context.Context, ctr *Container, maxBytes int64, pr
 		case r := <-results:
 			if r.err != nil {
 				if errdefs.IsNotFound(r.err) {
-					return newLayer{}, withReason(snapshotterapi.ReasonContainerNotFound, fmt.Errorf("diff container %s: %w", ctr.ID, r.err))
+					return newLayer{}, withReason(nodeapi.ReasonContainerNotFound, fmt.Errorf("diff container %s: %w", ctr.ID, r.err))
 				}
 				return newLayer{}, fmt.Errorf("diff container %s: %w", ctr.ID, r.err)
 			}
@@ -305,7 +345,7 @@ func (c *Committer) diff(ctx context.Context, ctr *Container, maxBytes int64, pr
 			if err != nil {
 				return newLayer{}, fmt.Errorf("the diff service gave the layer no valid %s label: %w", labels.LabelUncompressed, err)
 			}
-			progress(snapshotterapi.Event{Type: snapshotterapi.EventProgress, Stage: snapshotterapi.StageCommitting, Bytes: r.desc.Size, Total: r.desc.Size})
+			progress(nodeapi.Event{Type: nodeapi.EventProgress, Stage: nodeapi.StageCommitting, Bytes: r.desc.Size, Total: r.desc.Size})
 			return newLayer{Blob: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: r.desc.Digest, Size: r.desc.Size}, DiffID: diffID}, nil
 		case <-tick.C:
 			st, err := cs.Status(ctx, ref)
@@ -317,7 +357,7 @@ func (c *Committer) diff(ctx context.Context, ctr *Container, maxBytes int64, pr
 				<-results
 				return newLayer{}, tooLarge(st.Offset)
 			}
-			progress(snapshotterapi.Event{Type: snapshotterapi.EventProgress, Stage: snapshotterapi.StageCommitting, Bytes: st.Offset})
+			progress(nodeapi.Event{Type: nodeapi.EventProgress, Stage: nodeapi.StageCommitting, Bytes: st.Offset})
 		}
 	}
 }
@@ -326,7 +366,7 @@ func (c *Committer) diff(ctx context.Context, ctr *Container, maxBytes int64, pr
 // methods may be called from several goroutines (blobs upload in parallel), each with the
 // count as it saw it: the highest is the one reported.
 type throttle struct {
-	progress func(snapshotterapi.Event)
+	progress func(nodeapi.Event)
 	interval time.Duration
 	stage    string
 	total    int64
@@ -342,7 +382,7 @@ func (t *throttle) report(n int64, force bool) {
 	t.max = max(t.max, n)
 	if now := time.Now(); force || now.Sub(t.last) >= t.interval {
 		t.last = now
-		t.progress(snapshotterapi.Event{Type: snapshotterapi.EventProgress, Stage: t.stage, Bytes: t.max, Total: t.total})
+		t.progress(nodeapi.Event{Type: nodeapi.EventProgress, Stage: t.stage, Bytes: t.max, Total: t.total})
 	}
 }
 

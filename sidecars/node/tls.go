@@ -1,4 +1,4 @@
-package snapshotter
+package node
 
 import (
 	"crypto/tls"
@@ -63,6 +63,23 @@ func (f *fileTLS) serverConfig() *tls.Config {
 		MinVersion: tls.VersionTLS13,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			return f.current()
+		},
+	}
+}
+
+// serverOnlyConfig serves the same certificate without asking for a client's: the wait port,
+// whose one question (is a pod's filter in force?) any client may ask.
+func (f *fileTLS) serverOnlyConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			cfg, err := f.current()
+			if err != nil {
+				return nil, err
+			}
+			c := cfg.Clone()
+			c.ClientAuth, c.ClientCAs = tls.NoClientCert, nil
+			return c, nil
 		},
 	}
 }

@@ -1,5 +1,6 @@
-// Command sandbox-snapshotter commits sandbox containers' writable layers to the snapshot
-// registry for pause and resume. See package snapshotter.
+// Command sandbox-node is kube-sandbox's node agent: on every node (a DaemonSet), it enforces
+// each sandbox pod's outbound policy from the node's network namespace and commits sandbox
+// containers' writable layers to the snapshot registry for pause and resume. See package node.
 package main
 
 import (
@@ -8,12 +9,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := snapshotter.Execute(ctx, snapshotter.NewCommand())
+	code := node.Execute(ctx, node.NewCommand())
 	stop()
 	os.Exit(code)
 }

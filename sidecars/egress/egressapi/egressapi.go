@@ -1,113 +1,28 @@
-// Package egressapi is the contract of sandbox-egress, the sidecar that enforces a sandbox's
-// outbound policy in its pod: the policy's types and validation, the first-match matcher that
-// both the DNS proxy and the packet filter follow, its ports and paths, and the document
-// sandbox-controller pushes to it. sandbox-apiserver (validation), sandbox-controller (what it
-// pushes), sandbox-egress and the kubectl plugin import it; it depends on nothing heavier than
+// Package egressapi is the contract of a sandbox's outbound policy: the policy's types and
+// validation, the first-match matcher that both the node agent's DNS proxy and its packet
+// filter follow, and the document sandbox-controller pushes to the node agent (sandbox-node)
+// for each pod. sandbox-apiserver (validation), sandbox-controller (what it pushes),
+// sandbox-node and the kubectl plugin import it; it depends on nothing heavier than
 // apimachinery's field errors.
 //
 // # Transport
 //
-// sandbox-egress serves HTTPS on ControlPort and accepts only clients that present a
-// certificate of the kube-sandbox CA for sandbox-controller (the same CA and identities as
-// sandbox-execd's, execdapi.ControllerIdentity). Its serving certificate is its pod's, for
-// ServerName(pod UID), certified by sandbox-controller as execd's is (IdentityPath, with a
-// projected token of IdentityAudience that only the egress container mounts), so that the
-// controller knows it reached that pod's sandbox-egress and not code in the sandbox, which
-// shares the pod's network namespace. It serves plain HTTP on HealthPort: kubelet probes
-// (HealthzPath, ReadyzPath) and Prometheus metrics (MetricsPath), which say nothing a
-// sandbox's own code could not learn.
+// sandbox-node serves the endpoints below on nodeapi.Port, on the node's address, with a
+// certificate of the kube-sandbox CA for nodeapi.ServerName, and accepts only clients that
+// present one the CA issued to sandbox-controller (execdapi.ControllerIdentity). Nothing in a
+// sandbox holds that key, nor can reach the node's address (the platform's always-deny has
+// cluster:nodes, and the pod's filter lets through only the wait port).
 //
-//	GET, PUT ControlPort IdentityPath  the pod's egress token; its serving certificate
-//	PUT ControlPort PolicyPath   a Config: apply it, answer a Status (200) or why not (4xx/5xx)
-//	GET ControlPort PolicyPath   the Status
-//	GET ControlPort DenialsPath  waits for names the policy denied, answers Denials (a long
-//	                             poll: at most one answer per 30 s, empty after 5 min)
-//
-// A Config names the pod it is for (PodUID); sandbox-egress refuses one for another pod (409),
-// so that a pod IP given to a new pod never gets the old pod's policy.
+// A Config names the pod it is for (PodUID), and is sent to that pod's path; the agent
+// refuses one for another pod (409), so that a pod IP given to a new pod never gets the old
+// pod's policy.
 package egressapi
 
-import (
-	"strings"
-	"time"
-)
+import "time"
 
-// IdentityAudience is the audience of the token projected into the egress container only. It
-// proves to sandbox-controller which pod's sandbox-egress answers; the sandbox container,
-// which has execd's token (another audience), cannot pass for it.
-const IdentityAudience = "egress.kube-sandbox.io"
-
-// serverNameSuffix: see ServerName.
-const serverNameSuffix = ".egress.kube-sandbox.internal"
-
-// ServerName is the DNS name of the serving certificate of the sandbox-egress in the pod with
-// that UID. It differs from execd's, so that execd's certificate (whose key code in the sandbox
-// can read) never passes for sandbox-egress.
-func ServerName(podUID string) string { return podUID + serverNameSuffix }
-
-// PodUIDFromServerName is the pod UID of a ServerName; ok is false for any other name.
-func PodUIDFromServerName(name string) (uid string, ok bool) {
-	uid, ok = strings.CutSuffix(name, serverNameSuffix)
-	if !ok || uid == "" || strings.Contains(uid, ".") {
-		return "", false
-	}
-	return uid, true
-}
-
-// Ports. High, clear of what users start and below the ephemeral range, next to execd's.
-const (
-	// ControlPort is sandbox-egress's TLS port (sandbox-controller only).
-	ControlPort = 44773
-	// HealthPort answers probes and metrics in plain HTTP.
-	HealthPort = 44774
-	// DNSPort is where the DNS proxy listens on the pod's loopback addresses; every DNS query
-	// the sandbox sends (UDP and TCP port 53, to any address) is redirected to it.
-	DNSPort = 15353
-)
-
-// Paths.
-const (
-	PolicyPath   = "/v1/policy"
-	IdentityPath = "/v1/identity"
-	DenialsPath  = "/v1/denials"
-	HealthzPath  = "/healthz"
-	ReadyzPath   = "/readyz"
-	MetricsPath  = "/metrics"
-)
-
-// SocketMark marks the sockets of sandbox-egress's own upstream DNS queries (SO_MARK, which
-// needs CAP_NET_ADMIN: the sandbox container cannot set it). Only marked packets may reach a
-// resolver; everything else on port 53 goes to the proxy. 0x4b53 is "KS".
-const SocketMark = 0x4b53
-
-// The layout of the egress sidecar in a sandbox pod.
-const (
-	// ContainerName is the native sidecar (an init container with restartPolicy Always) that
-	// runs sandbox-egress. It starts, and installs its filter, before the sandbox container.
-	ContainerName = "kube-sandbox-egress"
-	// StateVolume is a small memory-backed emptyDir mounted in the egress container only,
-	// where it keeps the last Config it applied, so that a restarted sidecar restores the
-	// pod's current policy rather than its first.
-	StateVolume = "kube-sandbox-egress-state"
-	StateDir    = "/run/kube-sandbox-egress"
-	// IdentityVolume is the projected token (IdentityAudience), mounted in the egress
-	// container only, at IdentityTokenPath.
-	IdentityVolume    = "kube-sandbox-egress-identity"
-	IdentityDir       = "/run/kube-sandbox-egress-identity"
-	IdentityTokenPath = IdentityDir + "/token"
-
-	// EnvPodUID is the pod's UID (downward API).
-	EnvPodUID = "POD_UID"
-	// EnvPodIP and EnvHostIP (downward API): equal in a pod on the node's network, where
-	// sandbox-egress refuses to run (its filter would be the node's).
-	EnvPodIP  = "POD_IP"
-	EnvHostIP = "HOST_IP"
-	// EnvConfig holds the Config the pod starts with (JSON): a direct-mode sandbox's policy,
-	// or deny-all for a pool pod. Later ones come over ControlPort.
-	EnvConfig = "KUBE_SANDBOX_EGRESS_CONFIG"
-	// EnvClientCA holds the kube-sandbox CA's PEM certificates.
-	EnvClientCA = "KUBE_SANDBOX_EGRESS_CLIENT_CA"
-)
+// DNSPort is where the node agent's DNS proxy listens, on the node's addresses: the filter
+// redirects every DNS query a sandbox pod sends (UDP and TCP port 53, to any address) to it.
+const DNSPort = 15353
 
 // Action is what a rule does with what it matches.
 type Action string
@@ -186,7 +101,7 @@ type SandboxRef struct {
 	UID       string `json:"uid"`
 }
 
-// Config is what sandbox-controller pushes to a pod's sandbox-egress: everything it enforces.
+// Config is what sandbox-controller pushes to the pod's node agent: everything it enforces.
 type Config struct {
 	// PodUID is the pod the Config is for.
 	PodUID string `json:"podUID"`
@@ -195,7 +110,7 @@ type Config struct {
 	// Generation of the sandbox whose policy this is (0 for an idle pool pod); EgressReady
 	// reports it as its observedGeneration.
 	Generation int64 `json:"generation,omitempty"`
-	// Revision identifies the content (Hash); sandbox-egress answers the one it applied.
+	// Revision identifies the content (Hash); the node agent (sandbox-node) answers the one it applied.
 	Revision string `json:"revision"`
 	// Rules are evaluated first match wins: the platform's always-deny, then its always-allow,
 	// then the sandbox's own (or its pool's, or the platform's default policy).
@@ -207,7 +122,7 @@ type Config struct {
 	Upstreams []string `json:"upstreams,omitempty"`
 }
 
-// Status is sandbox-egress's answer: what it enforces.
+// Status is the node agent (sandbox-node)'s answer: what it enforces.
 type Status struct {
 	PodUID     string    `json:"podUID"`
 	Revision   string    `json:"revision"`
@@ -215,6 +130,8 @@ type Status struct {
 	AppliedAt  time.Time `json:"appliedAt"`
 	// FlowsCut is how many established flows the last change cut (they went to what it denies).
 	FlowsCut int `json:"flowsCut,omitempty"`
+	// Interface is the pod's host-side interface the node agent filters.
+	Interface string `json:"interface,omitempty"`
 }
 
 // Denials are the DNS names the policy denied since the last report, with how often.
@@ -223,3 +140,56 @@ type Denials struct {
 	// Others counts the denials of names beyond the ones listed.
 	Others int `json:"others,omitempty"`
 }
+
+// PodLabel marks the pods whose outbound traffic the node agent filters: sandbox-controller
+// puts it on every sandbox pod it makes, and sandbox-node watches the pods of its node that
+// carry it. Its value is "true".
+const PodLabel = "egress.kube-sandbox.io/filtered"
+
+// The node agent's egress endpoints (nodeapi.Port, mutual TLS, sandbox-controller only), per
+// pod of its node:
+//
+//	PUT PodPolicyPath(uid)   a Config for that pod: apply it, answer a Status once it is in force
+//	                         and proven (200), or why not (4xx/5xx)
+//	GET PodPolicyPath(uid)   the Status
+//	GET PodDenialsPath(uid)  waits for names the policy denied, answers Denials (a long poll)
+//
+// and, on nodeapi.WaitPort (TLS, any client, since no sandbox code runs yet when it is asked):
+//
+//	GET WaitPath(uid)?revision=R  waits up to MaxWait until the pod's filter is in force and
+//	                              proven, at revision R if the controller pushed none other,
+//	                              and answers its Status (200), or 503 with why not yet
+const (
+	podsPrefix = "/v1/pods/"
+	// MaxWait bounds one wait request: the init container asks again at once.
+	MaxWait = 30 * time.Second
+)
+
+// PodPolicyPath is the policy endpoint of a pod.
+func PodPolicyPath(uid string) string { return podsPrefix + uid + "/policy" }
+
+// PodDenialsPath is the denials endpoint of a pod.
+func PodDenialsPath(uid string) string { return podsPrefix + uid + "/denials" }
+
+// WaitPath is the endpoint the pod's init container waits on.
+func WaitPath(uid string) string { return podsPrefix + uid + "/ready" }
+
+// PodsPattern is the node agent's route for the paths above (net/http patterns).
+const (
+	PodPolicyPattern  = podsPrefix + "{uid}/policy"
+	PodDenialsPattern = podsPrefix + "{uid}/denials"
+	WaitPattern       = podsPrefix + "{uid}/ready"
+)
+
+// Reasons a node agent gives for a policy it could not put in force, as the first word of its
+// error message (ReasonOf finds it); sandbox-controller carries them to EgressReady.
+const (
+	// ReasonUnverified: the filter is in, but a probe from the pod's interface never reached
+	// it: the node's datapath bypasses netfilter (as Cilium's BPF host routing does), so the
+	// policy cannot be enforced there.
+	ReasonUnverified = "EnforcementUnverified"
+	// ReasonPodNotFound: the node has no such pod yet (its sandbox not created, or no IP).
+	ReasonPodNotFound = "PodNotOnNode"
+	// ReasonApplyFailed: the kernel refused the rules; the previous ones stay in force.
+	ReasonApplyFailed = "ApplyFailed"
+)

@@ -15,7 +15,7 @@ type CompiledRule struct {
 }
 
 // Matcher decides names and flows by an ordered rule list, first match wins. The DNS proxy
-// asks it about names, and sandbox-egress about established flows after a change; the packet
+// asks it about names, and the node agent (sandbox-node) about established flows after a change; the packet
 // filter is compiled from the same list in the same order, so all three agree.
 type Matcher struct {
 	Rules   []CompiledRule

@@ -187,7 +187,7 @@ func (c Config) Hash() string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// ValidateConfig checks a pushed Config as sandbox-egress receives it.
+// ValidateConfig checks a pushed Config as the node agent (sandbox-node) receives it.
 func ValidateConfig(c *Config) error {
 	if c.PodUID == "" {
 		return fmt.Errorf("podUID is required")

@@ -119,6 +119,11 @@ const (
 	// rotates): execd accepts clients whose certificates they issued. It is public; execd
 	// removes it from the environment of what it starts all the same.
 	EnvClientCA = "SANDBOX_EXECD_CLIENT_CA"
+	// EnvHostIP and EnvPodUID (downward API: status.hostIP, metadata.uid) are set in the init
+	// container only: it asks the node agent at the node's address whether the pod's egress
+	// filter is in force.
+	EnvHostIP = "HOST_IP"
+	EnvPodUID = "POD_UID"
 	// EnvSandboxUID, EnvSandboxName and EnvSandboxNamespace name the sandbox of a pod made for
 	// it (direct mode): execd belongs to it from the start. A pool pod has none until a claim
 	// gives it a sandbox, which also sets EnvSandboxName and EnvSandboxNamespace for what runs

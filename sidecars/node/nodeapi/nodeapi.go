@@ -1,11 +1,14 @@
-// Package snapshotterapi is the wire contract of sandbox-snapshotter, the node agent (a
-// DaemonSet) that commits a sandbox container's writable layer into an OCI image and pushes it
-// to the snapshot registry, for pause and resume. It is shared by the agent and
-// sandbox-controller, its only client.
+// Package nodeapi is the wire contract of sandbox-node, kube-sandbox's node agent (a DaemonSet,
+// on the node's network): its ports, its serving name, and the snapshot protocol of pause and
+// resume. It is shared by the agent and sandbox-controller, its only client. The egress
+// endpoints it serves on the same port are egressapi's (the policy's contract).
 //
 // The agent listens with TLS on the node's address (host network), port Port, with a serving
 // certificate for ServerName from the kube-sandbox CA; it accepts only clients whose
 // certificate the kube-sandbox CA issued to ControllerIdentity (execdapi.ControllerIdentity).
+// On WaitPort it serves, with the same certificate but to any client, the one question a
+// sandbox pod's first init container asks before anything of the sandbox runs: is this pod's
+// egress filter in force (egressapi.WaitPath)?
 //
 //	POST SnapshotPath   SnapshotRequest → a stream of Event, one JSON document per line
 //	                    (application/x-ndjson): Progress events, then one Done or Failed,
@@ -16,12 +19,12 @@
 //	400 a malformed body, or a request that fails Validate
 //	403 a client identity other than the controller's
 //	404 no running container of that pod and name on this node
-//	503 the agent is shutting down, or containerd does not answer
+//	503 the agent is shutting down, or containerd does not answer, or no registry is configured
 //
 // The agent finds the container itself, from containerd's labels of CRI containers
 // (io.kubernetes.pod.uid and io.kubernetes.container.name): the request names a pod and a
 // container, never a containerd ID, so it can commit nothing but a container of that pod.
-package snapshotterapi
+package nodeapi
 
 import (
 	"fmt"
@@ -30,18 +33,28 @@ import (
 )
 
 const (
-	// Port the agent listens on, on the node's address.
+	// Port the agent listens on, on the node's address (mutual TLS, sandbox-controller).
 	Port = 9446
 	// HealthPort serves HealthzPath in plain HTTP, for the kubelet's probes, which have no
 	// client certificate for Port.
 	HealthPort = 9447
 	// ServerName is the name in the agent's serving certificate, which the controller
 	// verifies (it dials the node's address).
-	ServerName = "sandbox-snapshotter.kube-sandbox.internal"
+	ServerName = "sandbox-node.kube-sandbox.internal"
+	// WaitPort serves egressapi.WaitPath over TLS to clients without a certificate: the init
+	// container of every sandbox pod, which the pod's filter always lets reach it.
+	WaitPort = 9448
+	// ProbePort is where the agent's proof probe goes (a node address; nothing listens): the
+	// filter rejects it, and the agent reads the rejection off the pod's probe counter.
+	ProbePort = 9449
 	// SnapshotPath commits and pushes one container.
 	SnapshotPath = "/v1/snapshots"
 	// HealthzPath answers 200 while the agent can reach containerd.
 	HealthzPath = "/healthz"
+	// ReadyzPath answers 200 once the DNS proxy serves too.
+	ReadyzPath = "/readyz"
+	// MetricsPath serves Prometheus metrics, per sandbox (health port).
+	MetricsPath = "/metrics"
 	// Heartbeat: a bare newline on a quiet stream this often.
 	Heartbeat = 10 * time.Second
 )

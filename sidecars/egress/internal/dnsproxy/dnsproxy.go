@@ -1,13 +1,14 @@
-// Package dnsproxy is sandbox-egress's DNS proxy. The packet filter redirects every DNS query
-// the sandbox sends (UDP and TCP port 53, to any address) to it on the pod's loopback
-// (egressapi.DNSPort). It decides each name by the policy in force: a denied name is answered
-// NXDOMAIN here and never reaches a resolver, so that a sandbox can neither resolve nor leak data
-// through names it may not use; an allowed name is forwarded to the pod's resolvers, and the
-// addresses of the answer are handed to the packet filter (Learner) before the answer goes back,
-// so that the filter already knows them when the client's first connection leaves.
+// Package dnsproxy is the node agent's DNS proxy. The node's packet filter redirects every
+// DNS query a sandbox pod sends (UDP and TCP port 53, to any address) to it
+// (egressapi.DNSPort); one Handler serves each pod. It decides each name by the pod's policy
+// in force: a denied name is answered NXDOMAIN here and never reaches a resolver, so that a
+// sandbox can neither resolve nor leak data through names it may not use; an allowed name is
+// forwarded to the resolvers, and the addresses of the answer are handed to the packet filter
+// (Learner) before the answer goes back, so that the filter already knows them when the
+// client's first connection leaves.
 //
-// The proxy's own queries to the resolvers carry egressapi.SocketMark, which is what lets them
-// past the filter that redirects everyone else's.
+// The proxy runs on the node's network, where the filter (which is keyed by the pods'
+// interfaces and addresses) does not apply: its own upstream queries are the node's.
 package dnsproxy
 
 import (
@@ -59,8 +60,8 @@ type Handler struct {
 	Upstreams func() []string
 	// Grace is added to the TTL of learned addresses; 0: DefaultGrace.
 	Grace time.Duration
-	// Mark is the SO_MARK of upstream sockets (egressapi.SocketMark in the sidecar, which has
-	// CAP_NET_ADMIN); 0: none, so that tests run unprivileged.
+	// Mark is the SO_MARK of upstream sockets (for a node whose own rules route by marks; it
+	// takes CAP_NET_ADMIN); 0: none.
 	Mark int
 	// Timeout bounds one upstream exchange; 0: DefaultTimeout.
 	Timeout time.Duration

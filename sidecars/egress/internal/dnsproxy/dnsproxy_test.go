@@ -768,7 +768,7 @@ func TestServeAddressInUse(t *testing.T) {
 // TestMark checks that upstream sockets carry the mark (it needs CAP_NET_ADMIN).
 func TestMark(t *testing.T) {
 	up := newUpstream(t, 0)
-	h := &Handler{Mark: egressapi.SocketMark}
+	h := &Handler{Mark: testMark}
 	conn, err := h.dialer().Dial("udp", up.addr)
 	if errors.Is(err, unix.EPERM) {
 		t.Skip("setting SO_MARK needs CAP_NET_ADMIN")
@@ -789,8 +789,8 @@ func TestMark(t *testing.T) {
 	if serr != nil {
 		t.Fatal(serr)
 	}
-	if mark != egressapi.SocketMark {
-		t.Errorf("SO_MARK %#x, want %#x", mark, egressapi.SocketMark)
+	if mark != testMark {
+		t.Errorf("SO_MARK %#x, want %#x", mark, testMark)
 	}
 }
 
