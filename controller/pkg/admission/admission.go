@@ -148,23 +148,23 @@ func (c *Checker) CheckIn(ctx context.Context, reader client.Reader, namespace s
 	return res, nil
 }
 
-// EgressSpecErrors are what in a pod spec keeps sandbox-egress from enforcing a policy, or
-// from being apart from the sandbox, whoever asks and whatever the pod security level: the
-// node's network namespace (the filter would be the node's, and deny it everything), or a
-// process namespace shared with the sandbox container.
+// EgressSpecErrors are what in a pod spec keeps the node agent from enforcing a policy, or
+// the sandbox from being apart from the rest of its pod, whoever asks and whatever the pod
+// security level: the node's network namespace (the pod would have no interface of its own to
+// filter), or a process namespace shared with the sandbox container.
 func EgressSpecErrors(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if spec.HostNetwork {
-		errs = append(errs, field.Forbidden(path.Child("hostNetwork"), "a sandbox's outbound policy is enforced in its pod's own network namespace"))
+		errs = append(errs, field.Forbidden(path.Child("hostNetwork"), "a sandbox's outbound policy is enforced on its pod's own network interface, which a pod on the node's network does not have"))
 	}
 	if p := spec.ShareProcessNamespace; p != nil && *p {
-		errs = append(errs, field.Forbidden(path.Child("shareProcessNamespace"), "the sandbox container must not see the processes of sandbox-egress, which holds NET_ADMIN"))
+		errs = append(errs, field.Forbidden(path.Child("shareProcessNamespace"), "the sandbox container must not see the processes of the pod's other containers"))
 	}
 	return errs
 }
 
 // CheckEgress refuses a pod spec under which the sandbox's egress policy cannot be enforced:
-// EgressSpecErrors, and a runtime class of EgressUnsupportedHandlers.
+// EgressSpecErrors, and a runtime class whose handler is not one of EgressHandlers.
 func CheckEgress(ctx context.Context, reader client.Reader, spec *corev1.PodSpec, path *field.Path) (*field.Error, error) {
 	if errs := EgressSpecErrors(spec, path); len(errs) > 0 {
 		return errs[0], nil
@@ -180,20 +180,23 @@ func CheckEgress(ctx context.Context, reader client.Reader, spec *corev1.PodSpec
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("get runtimeclass %s: %w", *name, err)
-	case slices.Contains(EgressUnsupportedHandlers, rc.Handler):
+	case !slices.Contains(EgressHandlers, rc.Handler):
 		return field.Forbidden(path.Child("runtimeClassName"), fmt.Sprintf(
-			"runtime class %s (handler %s) cannot enforce a sandbox's egress policy: its user-space network stack bypasses the pod's packet filter; "+
-				"use a runtime class whose containers share the pod's kernel network stack", *name, rc.Handler)), nil
+			"runtime class %s (handler %s) is not one under which a sandbox's egress policy is known to be enforced (handlers %s); "+
+				"a runtime with a kernel of its own (a VM) may send the pod's packets where the node's filter never sees them",
+			*name, rc.Handler, strings.Join(EgressHandlers, ", "))), nil
 	}
 	return nil, nil
 }
 
-// EgressUnsupportedHandlers are the RuntimeClass handlers under which sandbox-egress cannot
-// enforce a policy. gVisor (runsc) runs the pod's network stack in its own user-space kernel:
-// the pod's packets never pass the netfilter hooks of the pod's network namespace, and the
-// sidecar's netlink requests reach gVisor's kernel, whose nftables is a test-only feature
-// without conntrack, sets or NAT. A sandbox there would have no policy, so it is refused.
-var EgressUnsupportedHandlers = []string{"runsc"}
+// EgressHandlers are the RuntimeClass handlers under which the node agent's enforcement is
+// known to hold: an allowlist, so that a runtime nobody checked fails closed. runc's pods and
+// gVisor's (runsc, whose user-space network stack writes the pod's frames to its interface
+// through a packet socket) both send every packet through the pod's host-side interface,
+// where the node agent's filter sits; the agent also proves it per pod with a probe. A
+// pod without a runtime class runs under the node's default handler (runc on the clusters
+// kube-sandbox installs on), and is proven all the same.
+var EgressHandlers = []string{"runc", "runsc"}
 
 // Limit says what a template was held to, for messages.
 func (r *Result) Limit() string {

@@ -55,9 +55,9 @@ func (r *Reconciler) forgetEgress(uid types.UID) {
 	}
 }
 
-// enforceEgress pushes the sandbox's current policy to every replica whose pod serves the
-// sandbox (claimed: its execd was certified, and for a pool pod claimed) and has not confirmed
-// it yet, and says in the EgressReady condition whether all of them enforce it. A push
+// enforceEgress pushes the sandbox's current policy, through the node agent of each pod's
+// node, to every replica whose pod serves the sandbox (eligible: a pool pod claimed, a
+// direct-mode pod with an address) and has not confirmed it yet, and says in the EgressReady condition whether all of them enforce it. A push
 // happens only when the policy (or the platform's) changed, or for a pod not seen before:
 // nothing here runs on a timer.
 func (r *Reconciler) enforceEgress(ctx context.Context, bs *controlv1alpha1.BatchSandbox, eg *egressOnce,
@@ -86,7 +86,7 @@ func (r *Reconciler) enforceEgress(ctx context.Context, bs *controlv1alpha1.Batc
 		retryErr error
 	)
 	for i, p := range byReplica {
-		if claimed[i] == "" || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+		if claimed[i] == "" || p.Status.PodIP == "" || p.Status.HostIP == "" || p.DeletionTimestamp != nil {
 			continue
 		}
 		sem <- struct{}{}

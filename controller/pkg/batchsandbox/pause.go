@@ -22,12 +22,12 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/shard"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/snapshot"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 // Pause and resume.
 //
-// Pausing (spec.paused) takes a snapshot of each replica's pod through the sandbox-snapshotter
+// Pausing (spec.paused) takes a snapshot of each replica's pod through the sandbox-node
 // of its node (snapshot.Runner, in the background; its end is an event), records it in
 // status.snapshots, and only then deletes the pod: a controller that restarts in between finds
 // the snapshot in the status, or takes it again. A snapshot that fails keeps the pod, says why
@@ -227,7 +227,7 @@ func (r *Reconciler) reconcilePause(ctx context.Context, bs *controlv1alpha1.Bat
 			continue
 		}
 		tag := snapshot.Tag(bs.UID, i, p.UID)
-		req := snapshotterapi.SnapshotRequest{
+		req := nodeapi.SnapshotRequest{
 			PodUID: string(p.UID), Namespace: p.Namespace, Pod: p.Name, Container: p.Spec.Containers[0].Name,
 			Image:    r.Snapshots.Registry.Repository(bs.Namespace, bs.Name) + ":" + tag,
 			MaxBytes: r.Snapshots.MaxBytes,
@@ -249,7 +249,7 @@ func (r *Reconciler) reconcilePause(ctx context.Context, bs *controlv1alpha1.Bat
 		case job.Err != nil:
 			reason := controlv1alpha1.ReasonSnapshotFailed
 			var f *snapshot.Failed
-			if errors.As(job.Err, &f) && (f.Reason == snapshotterapi.ReasonRegistryUnavailable || f.Reason == snapshotterapi.ReasonRegistryUnauthorized) {
+			if errors.As(job.Err, &f) && (f.Reason == nodeapi.ReasonRegistryUnavailable || f.Reason == nodeapi.ReasonRegistryUnauthorized) {
 				reason = controlv1alpha1.ReasonRegistryUnavailable
 			}
 			if failed == nil {

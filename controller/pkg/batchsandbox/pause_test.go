@@ -21,10 +21,10 @@ import (
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/snapshot"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
-// fakeAgent stands in for sandbox-snapshotter: it answers each pod's snapshot with a digest
+// fakeAgent stands in for sandbox-node: it answers each pod's snapshot with a digest
 // of its own, or with fail; release, when set, holds every answer until it is closed.
 type fakeAgent struct {
 	mu      sync.Mutex
@@ -33,12 +33,12 @@ type fakeAgent struct {
 	release chan struct{}
 }
 
-func (f *fakeAgent) Snapshot(ctx context.Context, _ string, req *snapshotterapi.SnapshotRequest, progress func(snapshotterapi.Event)) (*snapshotterapi.Result, error) {
+func (f *fakeAgent) Snapshot(ctx context.Context, _ string, req *nodeapi.SnapshotRequest, progress func(nodeapi.Event)) (*nodeapi.Result, error) {
 	f.mu.Lock()
 	f.asked = append(f.asked, req.Pod)
 	fail, release := f.fail, f.release
 	f.mu.Unlock()
-	progress(snapshotterapi.Event{Type: snapshotterapi.EventProgress, Stage: snapshotterapi.StageCommitting})
+	progress(nodeapi.Event{Type: nodeapi.EventProgress, Stage: nodeapi.StageCommitting})
 	if release != nil {
 		select {
 		case <-release:
@@ -49,7 +49,7 @@ func (f *fakeAgent) Snapshot(ctx context.Context, _ string, req *snapshotterapi.
 	if fail != nil {
 		return nil, fail
 	}
-	return &snapshotterapi.Result{Image: req.Image, Digest: "sha256:" + req.Pod, LayerSize: 10, Size: 100,
+	return &nodeapi.Result{Image: req.Image, Digest: "sha256:" + req.Pod, LayerSize: 10, Size: 100,
 		BaseImage: "busybox", Created: time.Unix(1700000000, 0)}, nil
 }
 
@@ -259,7 +259,7 @@ func TestPauseSnapshotFails(t *testing.T) {
 	h.mustReconcile()
 	h.setPodStatus("demo-0", readyStatus(0))
 	h.mustReconcile()
-	h.agent.fail = &snapshot.Failed{Reason: snapshotterapi.ReasonRegistryUnavailable, Message: "dial tcp 10.250.0.1:5000: connection refused"}
+	h.agent.fail = &snapshot.Failed{Reason: nodeapi.ReasonRegistryUnavailable, Message: "dial tcp 10.250.0.1:5000: connection refused"}
 	h.setPaused(true)
 	h.reconcileResult()
 	h.waitJobsDone(1)

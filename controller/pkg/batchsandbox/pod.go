@@ -40,6 +40,7 @@ func buildPod(bs *controlv1alpha1.BatchSandbox, tmpl *corev1.PodTemplateSpec, re
 	pod.Labels[controlv1alpha1.LabelBatchSandbox] = bs.Name
 	pod.Labels[controlv1alpha1.LabelReplica] = strconv.Itoa(int(replica))
 	pod.Labels[controlv1alpha1.LabelManagedBy] = controlv1alpha1.ManagedByController
+	sandboxpod.LabelEgress(pod.Labels, sidecar)
 	sandboxpod.Inject(&pod.Spec, sandboxpod.Options{
 		ExecdImage: execdImage,
 		ClientCA:   clientCA,

@@ -93,7 +93,15 @@ func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.Ba
 	if failure == nil {
 		failure = claimFailure
 	}
-	egressCond, egressErr := r.enforceEgress(ctx, bs, eg, byReplica, claimed)
+	// A pool pod gets the sandbox's policy at its claim; a pod of the sandbox's own (resumed
+	// from a snapshot) as soon as it has an address, for its init container waits for it.
+	eligible := addressed(byReplica)
+	for i, p := range byReplica {
+		if p.Labels[controlv1alpha1.LabelPool] != "" && claimed[i] == "" {
+			delete(eligible, i)
+		}
+	}
+	egressCond, egressErr := r.enforceEgress(ctx, bs, eg, byReplica, eligible)
 	tk, taskErr := r.reconcileTasks(ctx, bs, byReplica, claimed)
 	if err := r.updateStatus(ctx, bs, byReplica, claimed, tk, failure, egressCond); err != nil {
 		return reconcile.Result{}, err
@@ -333,7 +341,7 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 		claimer = r.defaultClaimer()
 	}
 	// A pool pod denies all outbound traffic until the claim: the sandbox's policy goes to its
-	// sandbox-egress first, so that the entrypoint the claim starts never runs without it.
+	// the node agent (sandbox-node) first, so that the entrypoint the claim starts never runs without it.
 	var egressCfg *egressapi.Config
 	if req != nil && r.Egress != nil {
 		cfg, err := eg.get(ctx)

@@ -256,7 +256,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if failure == nil {
 		failure = problem
 	}
-	egressCond, egressErr := r.enforceEgress(ctx, bs, eg, byReplica, certified)
+	// A direct-mode pod's policy is pushed as soon as the pod has an address: its init
+	// container waits for it, and execd (which certification needs) starts only after.
+	egressCond, egressErr := r.enforceEgress(ctx, bs, eg, byReplica, addressed(byReplica))
 	tk, taskErr := r.reconcileTasks(ctx, bs, byReplica, certified)
 	if err := r.updateStatus(ctx, bs, byReplica, certified, tk, failure, egressCond); err != nil {
 		return reconcile.Result{}, err
@@ -500,4 +502,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, bs *controlv1alpha1.BatchS
 // nothing: that is the happy path, milliseconds after the create, where every write counts.
 func readyWorthAnEvent(bs *controlv1alpha1.BatchSandbox, prev *metav1.Condition) bool {
 	return bs.Spec.PoolRef == nil || prev != nil
+}
+
+// addressed are the replicas whose pods have an address.
+func addressed(byReplica map[int32]*corev1.Pod) map[int32]string {
+	out := make(map[int32]string, len(byReplica))
+	for i, p := range byReplica {
+		if p.Status.PodIP != "" {
+			out[i] = p.Status.PodIP
+		}
+	}
+	return out
 }

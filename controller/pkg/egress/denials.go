@@ -35,12 +35,12 @@ const (
 )
 
 // DenialWatcher turns the DNS names a sandbox's policy denied into Events on its Sandbox. It
-// holds one long poll (egressapi.DenialsPath) per pod: sandbox-egress answers when there is
-// something to say, at most every 30 s, so a sandbox at rest costs an idle connection and
-// nothing else. It runs on the leader only.
+// holds one long poll (egressapi.PodDenialsPath) per pod, to the node agent of the pod's node,
+// which answers when there is something to say, at most every 30 s, so a sandbox at rest costs
+// an idle connection and nothing else. It runs on the leader only.
 type DenialWatcher struct {
 	Recorder events.EventRecorder
-	// Port overrides egressapi.ControlPort (tests).
+	// Port overrides nodeapi.Port (tests).
 	Port int
 
 	client  *http.Client
@@ -53,9 +53,9 @@ var _ manager.LeaderElectionRunnable = &DenialWatcher{}
 
 // NewDenialWatcher presents creds' client certificate (see NewPusher for the server's).
 func NewDenialWatcher(creds execdclient.Credentials, recorder events.EventRecorder) *DenialWatcher {
-	return &DenialWatcher{Recorder: recorder, client: &http.Client{Transport: execdclient.NewTransport(creds, execdclient.Options{
-		MaxIdleConnsPerHost: 1, PodUIDFromServerName: egressapi.PodUIDFromServerName,
-	})}}
+	// The node agent answers a long poll within its maximum wait (5 min): no response timeout
+	// but the poll's own.
+	return &DenialWatcher{Recorder: recorder, client: &http.Client{Transport: nodeTransport(creds, 0)}}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -78,7 +78,7 @@ func (w *DenialWatcher) Start(ctx context.Context) error {
 
 // Watch makes sure the pod of bs is watched; a no-op if it is, or before Start.
 func (w *DenialWatcher) Watch(pod *corev1.Pod, bs *controlv1alpha1.BatchSandbox) {
-	if w == nil || pod.Status.PodIP == "" {
+	if w == nil || pod.Status.HostIP == "" {
 		return
 	}
 	w.mu.Lock()
@@ -150,7 +150,7 @@ func (w *DenialWatcher) watch(ctx context.Context, pod *corev1.Pod, key string, 
 
 func (w *DenialWatcher) poll(ctx context.Context, pod *corev1.Pod) (egressapi.Denials, error) {
 	var d egressapi.Denials
-	req, err := request(ctx, pod, w.Port, http.MethodGet, egressapi.DenialsPath, nil)
+	req, err := request(ctx, pod, w.Port, http.MethodGet, egressapi.PodDenialsPath(string(pod.UID)), nil)
 	if err != nil {
 		return d, err
 	}

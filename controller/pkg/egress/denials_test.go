@@ -21,6 +21,7 @@ import (
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 func TestDenialEvents(t *testing.T) {
@@ -64,7 +65,11 @@ func TestDenialEvents(t *testing.T) {
 func TestDenialWatcher(t *testing.T) {
 	var polls atomic.Int32
 	a := testAuthority(t)
-	host, port := egressServer(t, a, egressapi.ServerName("u"), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	host, port := egressServer(t, a, nodeapi.ServerName, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != egressapi.PodDenialsPath("u") {
+			http.Error(w, "unexpected path "+r.URL.Path, http.StatusNotFound)
+			return
+		}
 		if polls.Add(1) == 1 {
 			_ = json.NewEncoder(w).Encode(egressapi.Denials{Names: map[string]int{"evil.example": 2}})
 			return
@@ -82,7 +87,7 @@ func TestDenialWatcher(t *testing.T) {
 		started = w.ctx != nil
 		w.mu.Unlock()
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u"}, Status: corev1.PodStatus{PodIP: host}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u"}, Status: corev1.PodStatus{PodIP: "10.244.0.9", HostIP: host}}
 	bs := &controlv1alpha1.BatchSandbox{ObjectMeta: metav1.ObjectMeta{Name: "sbx", Namespace: "ns", UID: "sbx-uid", ResourceVersion: "7"}}
 	w.Watch(pod, bs)
 	w.Watch(pod, bs) // one watch per pod

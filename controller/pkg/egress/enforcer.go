@@ -2,7 +2,6 @@ package egress
 
 import (
 	"context"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -13,15 +12,11 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 )
 
-// Enforcer is what the reconcilers need of egress: the sidecar's image, the platform policy,
-// and the pusher.
+// Enforcer is what the reconcilers need of egress: the platform policy, and the pusher to
+// the node agents that enforce it.
 type Enforcer struct {
-	Image  string
 	Source *Source
 	Pusher *Pusher
-	// Certifier certifies each pod's sandbox-egress (an identity.Certifier for it), before
-	// anything is pushed to it; nil: none (tests).
-	Certifier PodCertifier
 	// Denials reports denied names as Events; nil: none.
 	Denials *DenialWatcher
 }
@@ -30,9 +25,6 @@ type Enforcer struct {
 func (e *Enforcer) Forget(uid types.UID) {
 	e.Pusher.Forget(uid)
 	e.Denials.Forget(uid)
-	if e.Certifier != nil {
-		e.Certifier.Forget(uid)
-	}
 }
 
 // SandboxConfig is the Config of the pods of bs (PodUID left empty): its own policy, else its
@@ -74,31 +66,18 @@ func IdleConfig() egressapi.Config {
 	return cfg
 }
 
-// Sidecar is how sandboxpod.Inject adds sandbox-egress with cfg; nil when e is nil.
+// Sidecar is how sandboxpod.Inject makes a pod wait for cfg (its policy at start) to be in
+// force; nil when e is nil.
 func (e *Enforcer) Sidecar(cfg egressapi.Config) *sandboxpod.Egress {
 	if e == nil {
 		return nil
 	}
-	return &sandboxpod.Egress{Image: e.Image, Config: cfg}
+	return &sandboxpod.Egress{Config: cfg}
 }
 
-// PodCertifier certifies a pod's sandbox-egress (identity.Certifier).
-type PodCertifier interface {
-	Ensure(ctx context.Context, pod *corev1.Pod) error
-	Forget(uid types.UID)
-}
-
-// Ensure pushes cfg, for pod, to the pod's sandbox-egress unless it has it already, once that
-// sandbox-egress proved to be the pod's.
+// Ensure pushes cfg, for pod, to the node agent of the pod's node unless the pod has it
+// already.
 func (e *Enforcer) Ensure(ctx context.Context, pod *corev1.Pod, cfg egressapi.Config) error {
 	cfg.PodUID = string(pod.UID)
-	if e.Pusher.Applied(pod, cfg.Revision) {
-		return nil
-	}
-	if e.Certifier != nil {
-		if err := e.Certifier.Ensure(ctx, pod); err != nil {
-			return fmt.Errorf("certify the sandbox-egress of pod %s: %w", pod.Name, err)
-		}
-	}
 	return e.Pusher.Ensure(ctx, pod, &cfg)
 }

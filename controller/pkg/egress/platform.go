@@ -1,6 +1,6 @@
 // Package egress gives every sandbox pod the outbound policy it must enforce: it reads the
-// platform's policy (the kube-sandbox-egress ConfigMap), composes it with a sandbox's own or its
-// pool's policy into the egressapi.Config that the pod's sandbox-egress applies, and pushes
+// platform's policy (the kube-the node agent (sandbox-node) ConfigMap), composes it with a sandbox's own or its
+// pool's policy into the egressapi.Config that the pod's node agent applies, and pushes
 // that Config to the pod over mTLS.
 package egress
 
@@ -22,7 +22,7 @@ import (
 )
 
 // DefaultConfigMap is the platform policy's ConfigMap, in the controller's namespace.
-const DefaultConfigMap = "kube-sandbox-egress"
+const DefaultConfigMap = "kube-the node agent (sandbox-node)"
 
 // Keys of the ConfigMap. Each holds a YAML document.
 const (

@@ -3,14 +3,15 @@ package egress
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,12 +20,18 @@ import (
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
-// pushTimeout bounds one push: a small body, and a ruleset sync in the pod's kernel.
-const pushTimeout = 5 * time.Second
+// pushTimeout bounds one push: a small body, a ruleset sync and a probe on the node. The node
+// agent itself gives up sooner (it waits at most 4 s for a pod it has not seen yet), so that
+// the answer says why.
+const pushTimeout = 6 * time.Second
 
-// Rejected: sandbox-egress refused the Config (4xx): retrying the same one will not help.
+// dialTimeout: the node agent is on a node of the cluster.
+const dialTimeout = 5 * time.Second
+
+// Rejected: the node agent refused the Config (4xx): retrying the same one will not help.
 type Rejected struct {
 	Pod        string
 	StatusCode int
@@ -32,62 +39,83 @@ type Rejected struct {
 }
 
 func (e *Rejected) Error() string {
-	return fmt.Sprintf("sandbox-egress of pod %s refused the policy (%d): %s", e.Pod, e.StatusCode, e.Message)
+	return fmt.Sprintf("sandbox-node refused the policy of pod %s (%d): %s", e.Pod, e.StatusCode, e.Message)
 }
 
-// Pusher pushes Configs to the sandbox-egress of pods, and remembers what each pod confirmed,
-// so that a pod costs one push per change of its Config, however often it is reconciled.
+// NotEnforced: the node agent could not put the policy in force (5xx); Reason is its word for
+// why (egressapi.ReasonUnverified, ReasonApplyFailed, ...), "" when it gave none.
+type NotEnforced struct {
+	Pod     string
+	Reason  string
+	Message string
+}
+
+func (e *NotEnforced) Error() string {
+	return fmt.Sprintf("sandbox-node could not enforce the policy of pod %s: %s", e.Pod, e.Message)
+}
+
+// Pusher pushes Configs to the node agent of each pod's node, and remembers what each pod
+// confirmed, so that a pod costs one push per change of its Config, however often it is
+// reconciled.
 type Pusher struct {
 	client *http.Client
-	// Port overrides egressapi.ControlPort (tests).
+	// Port overrides nodeapi.Port (tests).
 	Port int
 
 	mu      sync.Mutex
-	applied map[types.UID]string // pod UID -> what it confirmed (appliedKey)
+	applied map[types.UID]string // pod UID -> the revision it confirmed
 }
 
-// appliedKey is what a pod confirmed: the revision, and the restarts of its sandbox-egress
-// then. A restarted sidecar restores the last policy it applied; should that fail, it denies
-// everything, and the next push (the restart count changed) mends it.
-func appliedKey(pod *corev1.Pod, revision string) string {
-	restarts := int32(0)
-	for _, cs := range pod.Status.InitContainerStatuses {
-		if cs.Name == egressapi.ContainerName {
-			restarts = cs.RestartCount
-		}
-	}
-	return revision + "/" + strconv.Itoa(int(restarts))
-}
-
-// NewPusher presents creds' client certificate (sandbox-controller's) to sandbox-egress, and
-// verifies that what answers is the sandbox-egress of the pod meant: its certificate, issued
-// by the controller (package identity) to the key that pod's egress container holds, names
-// egressapi.ServerName(pod UID). Code in the sandbox, which shares the pod's network namespace
-// and can bind the port while the sidecar is down, holds no such key.
+// NewPusher presents creds' client certificate (sandbox-controller's) to sandbox-node, and
+// verifies that what answers is sandbox-node: a certificate of the kube-sandbox CA for
+// nodeapi.ServerName (the agent listens on the node's address, which is no name). Nothing in
+// a sandbox holds that key, nor could it be reached there: the agent is on the node.
 func NewPusher(creds execdclient.Credentials) *Pusher {
-	return &Pusher{client: &http.Client{
-		Timeout: pushTimeout,
-		Transport: execdclient.NewTransport(creds, execdclient.Options{
-			ResponseHeaderTimeout: pushTimeout, MaxIdleConnsPerHost: 1, PodUIDFromServerName: egressapi.PodUIDFromServerName,
-		}),
-	}}
+	return &Pusher{client: &http.Client{Timeout: pushTimeout, Transport: nodeTransport(creds, pushTimeout)}}
 }
 
-// request is a request to the sandbox-egress of pod.
-func request(ctx context.Context, pod *corev1.Pod, port int, method, path string, body io.Reader) (*http.Request, error) {
-	if port == 0 {
-		port = egressapi.ControlPort
+// nodeTransport dials sandbox-node at the address of the request (a node's), verifying its
+// certificate against the CA of now: the CA can rotate.
+func nodeTransport(creds execdclient.Credentials, responseTimeout time.Duration) *http.Transport {
+	return &http.Transport{
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			roots := creds.RootCAs()
+			if roots == nil {
+				return nil, errors.New("the kube-sandbox CA is not loaded yet")
+			}
+			d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout}, Config: &tls.Config{
+				MinVersion:           tls.VersionTLS13,
+				ServerName:           nodeapi.ServerName,
+				RootCAs:              roots,
+				GetClientCertificate: creds.GetClientCertificate,
+				NextProtos:           []string{"http/1.1"},
+			}}
+			return d.DialContext(ctx, network, addr)
+		},
+		ResponseHeaderTimeout: responseTimeout,
+		// A node serves many pods: keep a few connections to each.
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     90 * time.Second,
 	}
-	target := execdclient.Target{PodIP: pod.Status.PodIP, PodUID: string(pod.UID), Port: port}
-	u := &url.URL{Scheme: "https", Host: net.JoinHostPort(egressapi.ServerName(string(pod.UID)), strconv.Itoa(port)), Path: path}
-	return http.NewRequestWithContext(execdclient.WithTarget(ctx, target), method, u.String(), body)
 }
 
-// Applied reports whether the pod's current sandbox-egress confirmed the revision.
+// request is a request to the node agent of pod's node.
+func request(ctx context.Context, pod *corev1.Pod, port int, method, path string, body io.Reader) (*http.Request, error) {
+	if pod.Status.HostIP == "" {
+		return nil, fmt.Errorf("pod %s has no node address yet", pod.Name)
+	}
+	if port == 0 {
+		port = nodeapi.Port
+	}
+	u := "https://" + net.JoinHostPort(pod.Status.HostIP, strconv.Itoa(port)) + path
+	return http.NewRequestWithContext(ctx, method, u, body)
+}
+
+// Applied reports whether the pod confirmed the revision.
 func (p *Pusher) Applied(pod *corev1.Pod, revision string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.applied[pod.UID] == appliedKey(pod, revision)
+	return p.applied[pod.UID] == revision
 }
 
 // Forget drops what is remembered of a pod that is gone.
@@ -111,43 +139,45 @@ func (p *Pusher) Ensure(ctx context.Context, pod *corev1.Pod, cfg *egressapi.Con
 	if p.applied == nil {
 		p.applied = map[types.UID]string{}
 	}
-	p.applied[pod.UID] = appliedKey(pod, st.Revision)
+	p.applied[pod.UID] = st.Revision
 	return nil
 }
 
-// Push sends cfg to the pod's sandbox-egress and returns what it applied.
+// Push sends cfg to the node agent of the pod's node and returns what it put in force.
 func (p *Pusher) Push(ctx context.Context, pod *corev1.Pod, cfg *egressapi.Config) (*egressapi.Status, error) {
-	if pod.Status.PodIP == "" {
-		return nil, fmt.Errorf("pod %s has no IP yet", pod.Name)
-	}
 	body, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, err
 	}
-	req, err := request(ctx, pod, p.Port, http.MethodPut, egressapi.PolicyPath, bytes.NewReader(body))
+	req, err := request(ctx, pod, p.Port, http.MethodPut, egressapi.PodPolicyPath(string(pod.UID)), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("push the egress policy to pod %s: %w", pod.Name, err)
+		return nil, fmt.Errorf("push the egress policy of pod %s to sandbox-node on %s: %w", pod.Name, pod.Status.HostIP, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	msg := string(bytes.TrimSpace(data))
 	switch {
 	case resp.StatusCode == http.StatusOK:
 		st := &egressapi.Status{}
 		if err := json.Unmarshal(data, st); err != nil {
-			return nil, fmt.Errorf("push the egress policy to pod %s: decode answer: %w", pod.Name, err)
+			return nil, fmt.Errorf("push the egress policy of pod %s: decode answer: %w", pod.Name, err)
 		}
 		if st.PodUID != string(pod.UID) || st.Revision != cfg.Revision {
-			return nil, errors.New("the sandbox-egress of pod " + pod.Name + " answered for another pod or revision")
+			return nil, errors.New("sandbox-node answered for another pod or revision of pod " + pod.Name)
 		}
 		return st, nil
+	case resp.StatusCode == http.StatusNotFound:
+		// The agent has not seen the pod (yet): its informer is behind ours. Try again.
+		return nil, &NotEnforced{Pod: pod.Name, Reason: egressapi.ReasonPodNotFound, Message: msg}
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		return nil, &Rejected{Pod: pod.Name, StatusCode: resp.StatusCode, Message: string(bytes.TrimSpace(data))}
+		return nil, &Rejected{Pod: pod.Name, StatusCode: resp.StatusCode, Message: msg}
 	default:
-		return nil, fmt.Errorf("push the egress policy to pod %s: %s: %s", pod.Name, resp.Status, bytes.TrimSpace(data))
+		reason, _, _ := strings.Cut(msg, ":")
+		return nil, &NotEnforced{Pod: pod.Name, Reason: reason, Message: msg}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 // testAuthority is a kube-sandbox CA, as sandbox-controller holds it.
@@ -33,8 +34,8 @@ func testAuthority(t *testing.T) *pki.Authority {
 	return a
 }
 
-// egressServer serves h over TLS with a certificate the authority issued for serverName, as a
-// certified sandbox-egress does.
+// egressServer serves h over TLS with a certificate the authority issued for serverName, as
+// sandbox-node does with nodeapi.ServerName.
 func egressServer(t *testing.T, a *pki.Authority, serverName string, h http.Handler) (ip string, port int) {
 	t.Helper()
 	key, err := pki.GenerateKey()
@@ -62,13 +63,13 @@ func egressServer(t *testing.T, a *pki.Authority, serverName string, h http.Hand
 	return host, port
 }
 
-// fakeEgress answers PUT /v1/policy as sandbox-egress does, certified for pod podUID.
-func fakeEgress(t *testing.T, podUID string, answer func(cfg *egressapi.Config) (int, any)) (*Pusher, *corev1.Pod, *atomic.Int32) {
+// fakeEgress answers PUT PodPolicyPath as sandbox-node does, with a certificate for serverName.
+func fakeEgress(t *testing.T, serverName string, answer func(cfg *egressapi.Config) (int, any)) (*Pusher, *corev1.Pod, *atomic.Int32) {
 	t.Helper()
 	var puts atomic.Int32
 	a := testAuthority(t)
-	ip, port := egressServer(t, a, egressapi.ServerName(podUID), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPut || r.URL.Path != egressapi.PolicyPath {
+	ip, port := egressServer(t, a, serverName, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut || r.URL.Path != egressapi.PodPolicyPath("pod-uid") {
 			http.Error(w, "unexpected "+r.Method+" "+r.URL.Path, http.StatusBadRequest)
 			return
 		}
@@ -79,12 +80,17 @@ func fakeEgress(t *testing.T, podUID string, answer func(cfg *egressapi.Config) 
 			return
 		}
 		code, body := answer(cfg)
+		if msg, ok := body.(string); ok {
+			// Refusals and failures are plain text, as http.Error writes them.
+			http.Error(w, msg, code)
+			return
+		}
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(body)
 	}))
 	p := NewPusher(a)
 	p.Port = port
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "pod-uid"}, Status: corev1.PodStatus{PodIP: ip}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "pod-uid"}, Status: corev1.PodStatus{PodIP: "10.244.0.9", HostIP: ip}}
 	return p, pod, &puts
 }
 
@@ -99,7 +105,7 @@ func TestPusherEnsure(t *testing.T) {
 		return http.StatusOK, egressapi.Status{PodUID: cfg.PodUID, Revision: cfg.Revision}
 	}
 	t.Run("one push per revision", func(t *testing.T) {
-		p, pod, puts := fakeEgress(t, "pod-uid", ok)
+		p, pod, puts := fakeEgress(t, nodeapi.ServerName, ok)
 		a, b := config(), config(egressapi.Rule{Action: egressapi.ActionAllow, To: "pypi.org"})
 		for _, cfg := range []*egressapi.Config{a, a, b, b, a} {
 			if err := p.Ensure(context.Background(), pod, cfg); err != nil {
@@ -113,14 +119,9 @@ func TestPusherEnsure(t *testing.T) {
 		if err := p.Ensure(context.Background(), pod, a); err != nil || puts.Load() != 4 {
 			t.Errorf("after Forget: %v, %d pushes", err, puts.Load())
 		}
-		// A restarted sidecar gets the policy again.
-		pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: egressapi.ContainerName, RestartCount: 1}}
-		if err := p.Ensure(context.Background(), pod, a); err != nil || puts.Load() != 5 {
-			t.Errorf("after a restart of sandbox-egress: %v, %d pushes", err, puts.Load())
-		}
 	})
 	t.Run("an answer for another pod is not a confirmation", func(t *testing.T) {
-		p, pod, _ := fakeEgress(t, "pod-uid", func(cfg *egressapi.Config) (int, any) {
+		p, pod, _ := fakeEgress(t, nodeapi.ServerName, func(cfg *egressapi.Config) (int, any) {
 			return http.StatusOK, egressapi.Status{PodUID: "another-pod", Revision: cfg.Revision}
 		})
 		if err := p.Ensure(context.Background(), pod, config()); err == nil {
@@ -131,31 +132,47 @@ func TestPusherEnsure(t *testing.T) {
 		}
 	})
 	t.Run("a refusal is Rejected", func(t *testing.T) {
-		p, pod, _ := fakeEgress(t, "pod-uid", func(*egressapi.Config) (int, any) { return http.StatusUnprocessableEntity, "bad rule" })
+		p, pod, _ := fakeEgress(t, nodeapi.ServerName, func(*egressapi.Config) (int, any) { return http.StatusUnprocessableEntity, "bad rule" })
 		var rejected *Rejected
 		if err := p.Ensure(context.Background(), pod, config()); !errors.As(err, &rejected) || rejected.StatusCode != http.StatusUnprocessableEntity {
 			t.Fatalf("err = %v, want Rejected 422", err)
 		}
 	})
-	t.Run("a server certified for another pod is not that pod's sandbox-egress", func(t *testing.T) {
-		p, pod, puts := fakeEgress(t, "another-pod", ok)
+	t.Run("a node agent that does not know the pod yet is asked again", func(t *testing.T) {
+		p, pod, _ := fakeEgress(t, nodeapi.ServerName, func(*egressapi.Config) (int, any) { return http.StatusNotFound, "PodNotOnNode: no such pod" })
+		var ne *NotEnforced
+		if err := p.Ensure(context.Background(), pod, config()); !errors.As(err, &ne) || ne.Reason != egressapi.ReasonPodNotFound {
+			t.Fatalf("err = %v, want NotEnforced %s", err, egressapi.ReasonPodNotFound)
+		}
+	})
+	t.Run("a failure says the agent's reason", func(t *testing.T) {
+		p, pod, _ := fakeEgress(t, nodeapi.ServerName, func(*egressapi.Config) (int, any) {
+			return http.StatusInternalServerError, egressapi.ReasonUnverified + ": a probe never reached the filter"
+		})
+		var ne *NotEnforced
+		if err := p.Ensure(context.Background(), pod, config()); !errors.As(err, &ne) || ne.Reason != egressapi.ReasonUnverified {
+			t.Fatalf("err = %v, want NotEnforced %s", err, egressapi.ReasonUnverified)
+		}
+	})
+	t.Run("a server with another name is not sandbox-node", func(t *testing.T) {
+		p, pod, puts := fakeEgress(t, "sandbox-node.example", ok)
 		if err := p.Ensure(context.Background(), pod, config()); err == nil || puts.Load() != 0 {
 			t.Fatalf("err = %v after %d pushes, want a TLS error before any", err, puts.Load())
 		}
 	})
-	t.Run("execd's certificate is not sandbox-egress's", func(t *testing.T) {
+	t.Run("execd's certificate is not sandbox-node's", func(t *testing.T) {
 		a := testAuthority(t)
 		ip, port := egressServer(t, a, execdapi.PodServerName("pod-uid"), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 			t.Error("a request reached a server with execd's certificate")
 		}))
 		p := NewPusher(a)
 		p.Port = port
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "pod-uid"}, Status: corev1.PodStatus{PodIP: ip}}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "pod-uid"}, Status: corev1.PodStatus{HostIP: ip}}
 		if err := p.Ensure(context.Background(), pod, config()); err == nil {
 			t.Fatal("no error")
 		}
 	})
-	t.Run("a pod without an IP", func(t *testing.T) {
+	t.Run("a pod without a node address", func(t *testing.T) {
 		p := NewPusher(testAuthority(t))
 		if err := p.Ensure(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, config()); err == nil {
 			t.Fatal("no error")

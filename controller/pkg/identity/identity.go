@@ -79,7 +79,7 @@ func (e *ErrNotThePod) Error() string {
 type Certifier struct {
 	Authority *pki.Authority
 	Reviewer  TokenReviewer
-	// Port overrides execdapi.Port (tests, and sandbox-egress's certifier).
+	// Port overrides execdapi.Port (tests).
 	Port int
 	// The server certified: execd unless set. Audience of its pod's token, the DNS name of its
 	// certificate, and the container whose ID marks it certified (a restarted container with

@@ -30,9 +30,7 @@ const DefaultMaxConcurrentReconciles = 8
 type Reconciler struct {
 	Client    client.Client
 	Certifier *Certifier
-	// Egress certifies the pods' sandbox-egress the same way; nil: pods have none.
-	Egress   *Certifier
-	Recorder events.EventRecorder
+	Recorder  events.EventRecorder
 }
 
 var _ reconcile.Reconciler = &Reconciler{}
@@ -63,9 +61,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	certifiers := []*Certifier{r.Certifier}
-	if r.Egress != nil && hasContainer(pod, r.Egress.ContainerName) {
-		certifiers = append(certifiers, r.Egress)
-	}
 	if pod.DeletionTimestamp != nil {
 		for _, c := range certifiers {
 			c.Forget(pod.UID)
@@ -92,17 +87,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Errors come back with the workqueue's backoff: a pod whose execd is not up yet, or one
 	// whose identity does not verify, is not retried in a loop.
 	return reconcile.Result{}, err
-}
-
-func hasContainer(pod *corev1.Pod, name string) bool {
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for _, c := range list {
-			if c.Name == name {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // controlledByUs reports whether o's controller is a BatchSandbox or a Pool.

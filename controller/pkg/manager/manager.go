@@ -41,7 +41,6 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/snapshot"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/tasks"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
 
@@ -79,25 +78,22 @@ type Options struct {
 	// names are otherwise checked to be unique per process). No flag sets it.
 	InProcessRestart bool
 
-	// EgressImage holds /usr/local/bin/sandbox-egress; empty: ExecdImage (the kube-sandbox
-	// image has both).
-	EgressImage string
 	// EgressConfigMap names the platform's egress policy (in --pki-namespace).
 	EgressConfigMap string
 	// SnapshotRegistry (host:port) takes the snapshots of paused sandboxes; "": sandboxes
 	// cannot pause. SnapshotRepositoryPrefix is where in it, SnapshotRegistrySecret (in
-	// --pki-namespace) the credentials and CA, SnapshotterSecret sandbox-snapshotter's
-	// certificate, MaxSnapshotBytes the largest layer of changes.
+	// --pki-namespace) the credentials and CA, MaxSnapshotBytes the largest layer of changes.
+	// NodeSecret is sandbox-node's certificate (the node agent: egress and snapshots).
 	SnapshotRegistry         string
 	SnapshotRepositoryPrefix string
 	SnapshotRegistrySecret   string
-	SnapshotterSecret        string
+	NodeSecret               string
 	MaxSnapshotBytes         int64
 	PauseStopsExpiry         bool
 
-	// DisableEgress leaves sandbox-egress out of pods. No flag sets it: every sandbox of a
-	// real cluster has an outbound policy. Integration tests, whose simulated node runs no
-	// sidecars, set it.
+	// DisableEgress makes pods that wait for no node agent. No flag sets it: every sandbox of
+	// a real cluster has an outbound policy. Integration tests, whose simulated node runs no
+	// node agent, set it.
 	DisableEgress bool
 }
 
@@ -130,7 +126,7 @@ func NewOptions() *Options {
 
 		SnapshotRepositoryPrefix: snapshot.DefaultRepositoryPrefix,
 		SnapshotRegistrySecret:   snapshot.DefaultSecret,
-		SnapshotterSecret:        pki.DefaultSnapshotterSecret,
+		NodeSecret:               pki.DefaultNodeSecret,
 	}
 }
 
@@ -165,14 +161,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.APIServerService, "apiserver-service", o.APIServerService, "Service in front of sandbox-apiserver, whose DNS names its certificate holds.")
 	fs.StringVar(&o.APIService, "apiservice", o.APIService, "APIService whose caBundle the controller keeps equal to the CA bundle; empty leaves APIServices alone.")
 	fs.DurationVar(&o.CALifetime, "ca-lifetime", o.CALifetime, "Lifetime of a CA the controller makes; it is replaced when a fifth of it is left.")
-	fs.StringVar(&o.EgressImage, "egress-image", o.EgressImage, "Image holding /usr/local/bin/sandbox-egress, the sidecar that enforces each sandbox's outbound policy (default: --execd-image).")
 	fs.StringVar(&o.EgressConfigMap, "egress-configmap", o.EgressConfigMap, "ConfigMap (in --pki-namespace) of the platform's egress policy: alwaysDeny, alwaysAllow, defaultPolicy and dnsUpstreams. Missing: everything is denied.")
-	fs.StringVar(&o.SnapshotRegistry, "snapshot-registry", o.SnapshotRegistry, "Registry (host:port) that takes the filesystem snapshots of paused sandboxes (spec.paused), which nodes pull with credentials of their own; no sandbox or pool template may name an image there. Empty: sandboxes cannot pause (condition Paused, reason RegistryUnavailable). Keep it equal to sandbox-apiserver's and sandbox-snapshotter's, and to the key registry of the ConfigMap kube-sandbox-snapshot-images (in --pki-namespace), from which the admission policy of the same name, which keeps snapshots to their sandboxes' pods, reads it: a sandbox does not start to pause until they agree (reason SnapshotPolicyMissing).")
+	fs.StringVar(&o.SnapshotRegistry, "snapshot-registry", o.SnapshotRegistry, "Registry (host:port) that takes the filesystem snapshots of paused sandboxes (spec.paused), which nodes pull with credentials of their own; no sandbox or pool template may name an image there. Empty: sandboxes cannot pause (condition Paused, reason RegistryUnavailable). Keep it equal to sandbox-apiserver's and sandbox-node's, and to the key registry of the ConfigMap kube-sandbox-snapshot-images (in --pki-namespace), from which the admission policy of the same name, which keeps snapshots to their sandboxes' pods, reads it: a sandbox does not start to pause until they agree (reason SnapshotPolicyMissing).")
 	fs.StringVar(&o.SnapshotRepositoryPrefix, "snapshot-repository-prefix", o.SnapshotRepositoryPrefix, "Repository prefix of the snapshots in --snapshot-registry: each sandbox's go to PREFIX/NAMESPACE/NAME.")
 	fs.StringVar(&o.SnapshotRegistrySecret, "snapshot-registry-secret", o.SnapshotRegistrySecret, "Secret (in --pki-namespace) with the registry's credentials (username, password) and CA (ca.crt), used to delete the snapshots of deleted sandboxes.")
-	fs.StringVar(&o.SnapshotterSecret, "snapshotter-secret", o.SnapshotterSecret, "Secret (in --pki-namespace) of sandbox-snapshotter's serving certificate, which the controller issues with --manage-pki; empty: none.")
+	fs.StringVar(&o.NodeSecret, "node-secret", o.NodeSecret, "Secret (in --pki-namespace) of sandbox-node's serving certificate (the node agent), which the controller issues with --manage-pki; empty: none.")
 	fs.BoolVar(&o.PauseStopsExpiry, "pause-stops-expiry", o.PauseStopsExpiry, "A Paused sandbox does not expire, and sandbox-apiserver (with the same flag) moves its expiry forward by the pause when it resumes. false (the default): a paused sandbox keeps its expiry, and is deleted with its snapshots when it expires.")
-	fs.Int64Var(&o.MaxSnapshotBytes, "max-snapshot-bytes", o.MaxSnapshotBytes, "Largest compressed layer of a replica's changes a pause takes (SnapshotFailed beyond); 0: sandbox-snapshotter's own limit.")
+	fs.Int64Var(&o.MaxSnapshotBytes, "max-snapshot-bytes", o.MaxSnapshotBytes, "Largest compressed layer of a replica's changes a pause takes (SnapshotFailed beyond); 0: sandbox-node's own limit.")
 	fs.DurationVar(&o.CertificateLifetime, "certificate-lifetime", o.CertificateLifetime, "Lifetime of sandbox-apiserver's certificate; it is renewed when a third of it is left.")
 }
 
@@ -277,32 +272,20 @@ func (o *Options) Run(ctx context.Context) error {
 		Client: mgr.GetClient(), Recorder: recorder, Authority: authority, Namespace: o.PKINamespace,
 		CASecret: o.CASecret, APIServerSecret: o.APIServerSecret, APIServerService: o.APIServerService,
 		APIService: o.APIService, Manage: o.ManagePKI, CALifetime: o.CALifetime, CertificateLifetime: o.CertificateLifetime,
-		SnapshotterSecret: o.SnapshotterSecret,
+		NodeSecret: o.NodeSecret,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pki controller: %w", err)
 	}
 	certifier := &identity.Certifier{Authority: authority, Reviewer: identity.ClientReviewer{Client: mgr.GetClient()}}
-	var egressCertifier *identity.Certifier
-	if !o.DisableEgress {
-		// sandbox-egress is certified as execd is, for a name and with a token of its own.
-		egressCertifier = &identity.Certifier{Authority: authority, Reviewer: identity.ClientReviewer{Client: mgr.GetClient()},
-			Port: egressapi.ControlPort, Audience: egressapi.IdentityAudience, ServerName: egressapi.ServerName, ContainerName: egressapi.ContainerName}
-	}
-	if err := (&identity.Reconciler{Client: mgr.GetClient(), Certifier: certifier, Egress: egressCertifier, Recorder: recorder}).SetupWithManager(mgr); err != nil {
+	if err := (&identity.Reconciler{Client: mgr.GetClient(), Certifier: certifier, Recorder: recorder}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pod identity controller: %w", err)
 	}
 	var enforcer *egress.Enforcer
 	if !o.DisableEgress {
-		image := o.EgressImage
-		if image == "" {
-			image = o.ExecdImage
-		}
 		enforcer = &egress.Enforcer{
-			Image:     image,
-			Source:    &egress.Source{Reader: mgr.GetClient(), Namespace: o.PKINamespace, Name: o.EgressConfigMap, Recorder: recorder},
-			Pusher:    egress.NewPusher(authority),
-			Certifier: egressCertifier,
-			Denials:   egress.NewDenialWatcher(authority, recorder),
+			Source:  &egress.Source{Reader: mgr.GetClient(), Namespace: o.PKINamespace, Name: o.EgressConfigMap, Recorder: recorder},
+			Pusher:  egress.NewPusher(authority),
+			Denials: egress.NewDenialWatcher(authority, recorder),
 		}
 		if err := mgr.Add(enforcer.Denials); err != nil {
 			return err

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 var start = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -373,34 +373,34 @@ func handshake(t *testing.T, ca *CA, now time.Time, getCert func(*tls.Certificat
 	return clientErr
 }
 
-// TestReconcileSnapshotterSecret: with SnapshotterSecret, sandbox-snapshotter gets a serving
-// certificate for snapshotterapi.ServerName from the CA, and the bundle to verify the
+// TestReconcileNodeSecret: with NodeSecret, sandbox-node gets a serving
+// certificate for nodeapi.ServerName from the CA, and the bundle to verify the
 // controller with; nothing is written again at rest.
-func TestReconcileSnapshotterSecret(t *testing.T) {
+func TestReconcileNodeSecret(t *testing.T) {
 	e := newPKIEnv(t, true, apiService())
-	e.r.SnapshotterSecret = DefaultSnapshotterSecret
+	e.r.NodeSecret = DefaultNodeSecret
 	e.reconcile()
-	if !slices.Contains(e.writes, "create *v1.Secret "+DefaultSnapshotterSecret) {
-		t.Fatalf("writes %v: no %s", e.writes, DefaultSnapshotterSecret)
+	if !slices.Contains(e.writes, "create *v1.Secret "+DefaultNodeSecret) {
+		t.Fatalf("writes %v: no %s", e.writes, DefaultNodeSecret)
 	}
 	caSecret := e.secret(DefaultCASecret)
 	ca, err := ParseCA(caSecret.Data[SecretCertKey], caSecret.Data[SecretKeyKey])
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec := e.secret(DefaultSnapshotterSecret)
+	sec := e.secret(DefaultNodeSecret)
 	certs, _, err := ParseKeyPair(sec.Data[SecretCertKey], sec.Data[SecretKeyKey])
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, DNSName: snapshotterapi.ServerName, CurrentTime: start,
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, DNSName: nodeapi.ServerName, CurrentTime: start,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-		t.Errorf("sandbox-snapshotter's certificate does not verify for %s: %v", snapshotterapi.ServerName, err)
+		t.Errorf("sandbox-node's certificate does not verify for %s: %v", nodeapi.ServerName, err)
 	}
 	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, CurrentTime: start, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
-		t.Error("sandbox-snapshotter's certificate is also a client certificate")
+		t.Error("sandbox-node's certificate is also a client certificate")
 	}
 	if string(sec.Data[SecretCAKey]) != string(caSecret.Data[SecretCAKey]) {
 		t.Error("the Secret's ca.crt is not the CA bundle")

@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 // Defaults of the names and lifetimes of the kube-sandbox PKI.
@@ -47,10 +47,10 @@ const (
 
 	caCommonName = "kube-sandbox-ca"
 
-	// DefaultSnapshotterSecret is sandbox-snapshotter's Secret.
-	DefaultSnapshotterSecret = "sandbox-snapshotter-tls"
-	// SnapshotterIdentity is the common name of sandbox-snapshotter's certificate.
-	SnapshotterIdentity = "kube-sandbox:sandbox-snapshotter"
+	// DefaultNodeSecret is sandbox-node's Secret (the node agent).
+	DefaultNodeSecret = "sandbox-node-tls"
+	// NodeIdentity is the common name of sandbox-node's certificate.
+	NodeIdentity = "kube-sandbox:sandbox-node"
 )
 
 // newCA makes a kube-sandbox CA named for the time it was made (as Kubernetes names its
@@ -78,9 +78,9 @@ type Reconciler struct {
 	// APIServerService is the Service in front of sandbox-apiserver: its DNS names go into
 	// the serving certificate, as the aggregator verifies them.
 	APIServerService string
-	// SnapshotterSecret is sandbox-snapshotter's serving certificate (for
-	// snapshotterapi.ServerName) and the CA bundle (ca.crt) it verifies clients with; "": none.
-	SnapshotterSecret string
+	// NodeSecret is sandbox-node's serving certificate (for nodeapi.ServerName) and the CA
+	// bundle (ca.crt) it verifies clients with; "": none.
+	NodeSecret string
 	// APIService gets the CA bundle as its caBundle; "" leaves APIServices alone.
 	APIService string
 	// Manage: the controller makes and rotates the CA and keeps the apiserver's Secret and
@@ -130,7 +130,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		switch o.(type) {
 		case *corev1.Secret:
 			return o.GetNamespace() == r.Namespace && (o.GetName() == r.CASecret || o.GetName() == r.APIServerSecret ||
-				r.SnapshotterSecret != "" && o.GetName() == r.SnapshotterSecret)
+				r.NodeSecret != "" && o.GetName() == r.NodeSecret)
 		case *apiregistrationv1.APIService:
 			return r.APIService != "" && o.GetName() == r.APIService
 		}
@@ -166,8 +166,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		if due.Before(next) {
 			next = due
 		}
-		if r.SnapshotterSecret != "" {
-			due, err := r.ensureSnapshotterSecret(ctx, current, previous)
+		if r.NodeSecret != "" {
+			due, err := r.ensureNodeSecret(ctx, current, previous)
 			if err != nil {
 				return reconcile.Result{}, err
 			}
@@ -317,11 +317,11 @@ func (r *Reconciler) ensureAPIServerSecret(ctx context.Context, current, previou
 	return r.ensureSecret(ctx, r.APIServerSecret, "sandbox-apiserver", leaf, previousLeaf, current, previous)
 }
 
-// ensureSnapshotterSecret keeps sandbox-snapshotter's serving certificate and the bundle it
+// ensureNodeSecret keeps sandbox-node's serving certificate and the bundle it
 // verifies the controller's client certificates with.
-func (r *Reconciler) ensureSnapshotterSecret(ctx context.Context, current, previous *CA) (time.Time, error) {
-	leaf := Leaf{CommonName: SnapshotterIdentity, DNSNames: []string{snapshotterapi.ServerName}, ServerAuth: true, Lifetime: r.certLifetime()}
-	return r.ensureSecret(ctx, r.SnapshotterSecret, "sandbox-snapshotter", leaf, nil, current, previous)
+func (r *Reconciler) ensureNodeSecret(ctx context.Context, current, previous *CA) (time.Time, error) {
+	leaf := Leaf{CommonName: NodeIdentity, DNSNames: []string{nodeapi.ServerName}, ServerAuth: true, Lifetime: r.certLifetime()}
+	return r.ensureSecret(ctx, r.NodeSecret, "sandbox-node", leaf, nil, current, previous)
 }
 
 // ensureSecret keeps a component's Secret: leaf from the current CA, previousLeaf (if any)

@@ -40,6 +40,7 @@ func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA 
 	pod.Labels[controlv1alpha1.LabelPool] = pool.Name
 	pod.Labels[controlv1alpha1.LabelPoolRevision] = revision
 	pod.Labels[controlv1alpha1.LabelManagedBy] = controlv1alpha1.ManagedByController
+	sandboxpod.LabelEgress(pod.Labels, sidecar)
 	sandboxpod.Inject(&pod.Spec, sandboxpod.Options{
 		ExecdImage: execdImage,
 		ClientCA:   clientCA,

@@ -59,7 +59,7 @@ type Reconciler struct {
 	RefillDelay time.Duration
 	// MaxStarting: see DefaultMaxStarting; 0: the default.
 	MaxStarting int32
-	// Egress adds sandbox-egress to the pool's pods, denying everything until a claim; nil:
+	// Egress adds the node agent (sandbox-node) to the pool's pods, denying everything until a claim; nil:
 	// none (tests whose simulated nodes run no sidecars).
 	Egress *egress.Enforcer
 	// Clock; nil: the real clock.

@@ -5,7 +5,6 @@
 package sandboxpod
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -29,7 +28,7 @@ const ExecdInstallPath = "/usr/local/bin/sandbox-execd"
 // InjectionVersion names how Inject wires a pod; it is part of a pool's revision, so that idle
 // pods made by an older controller are replaced by its successor's. Raise it when Inject
 // changes in a way old pods cannot serve.
-const InjectionVersion = "6"
+const InjectionVersion = "7"
 
 // identityTokenSeconds is the life of the projected identity token: the kubelet renews it at
 // 80%; the controller reads it only to certify a pod, right after the pod starts.
@@ -54,22 +53,27 @@ type Options struct {
 	Env []corev1.EnvVar
 	// ReadinessPeriodSeconds of the default readiness probe; 0: 1 s.
 	ReadinessPeriodSeconds int32
-	// Egress, if set, adds the sandbox-egress sidecar, which enforces Config from before the
-	// sandbox container starts.
+	// Egress, if set, makes the pod's first init container wait until the node agent
+	// (sandbox-node) has the pod's egress filter in force, before anything of the sandbox runs.
 	Egress *Egress
 }
 
-// Egress says how Inject adds sandbox-egress.
+// Egress says what a pod's egress filter starts with.
 type Egress struct {
-	// Image holds EgressInstallPath (the kube-sandbox image, as for execd).
-	Image string
-	// Config is what the pod enforces from its start: a direct-mode sandbox's policy, or
-	// deny-all for a pool pod. Its PodUID is left empty (the pod has none yet).
+	// Config is what the pod enforces from its start: a direct-mode sandbox's policy (which
+	// sandbox-controller pushes to the node agent once the pod has an address), or deny-all for
+	// a pool pod (which the node agent applies by itself). The init container waits for its
+	// revision, or for any the controller pushed after it.
 	Config egressapi.Config
 }
 
-// EgressPath is the sandbox-egress binary in the kube-sandbox image.
-const EgressPath = "/usr/local/bin/sandbox-egress"
+// LabelEgress marks a pod for the node agent, which filters the pods of its node that carry
+// egressapi.PodLabel: set whenever e is, whatever the template said.
+func LabelEgress(labels map[string]string, e *Egress) {
+	if e != nil {
+		labels[egressapi.PodLabel] = "true"
+	}
+}
 
 // Sandbox names the sandbox of a pod.
 type Sandbox struct {
@@ -189,10 +193,18 @@ func Inject(spec *corev1.PodSpec, o Options) {
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-	spec.InitContainers = append([]corev1.Container{install}, spec.InitContainers...)
 	if o.Egress != nil {
-		injectEgress(spec, o.Egress, o.ClientCA, max(o.ReadinessPeriodSeconds, 2))
+		// First of all init containers: the template's own come after it, and they are the
+		// sandbox's code too. Its connection to the node agent is made before the filter is
+		// in, or to the wait port that the filter always lets through.
+		install.Command = append(install.Command, "--wait-egress", "--egress-revision", o.Egress.Config.Revision)
+		install.Env = []corev1.EnvVar{
+			{Name: execdapi.EnvHostIP, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
+			{Name: execdapi.EnvPodUID, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
+			{Name: execdapi.EnvClientCA, Value: string(o.ClientCA)},
+		}
 	}
+	spec.InitContainers = append([]corev1.Container{install}, spec.InitContainers...)
 
 	c := &spec.Containers[0]
 	entrypoint := o.Entrypoint
@@ -295,85 +307,6 @@ func Failure(p *corev1.Pod) *Problem {
 		}
 	}
 	return nil
-}
-
-// injectEgress adds sandbox-egress as the pod's first init container, a native sidecar
-// (restartPolicy Always): the kubelet starts the other containers only once its postStart hook
-// says the filter is in place, and it runs as long as the pod. It alone holds NET_ADMIN; the
-// sandbox container never does. It runs before the execd installer, so nothing in the pod
-// ever has an unfiltered network.
-func injectEgress(spec *corev1.PodSpec, e *Egress, clientCA []byte, readinessPeriod int32) {
-	cfg, _ := json.Marshal(e.Config)
-	spec.Volumes = append(spec.Volumes,
-		corev1.Volume{Name: egressapi.StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
-			// The last Config applied, the serving key and certificate: a few kilobytes, in memory.
-			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi")),
-		}}},
-		corev1.Volume{Name: egressapi.IdentityVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
-				// Only sandbox-controller accepts this audience, and only the egress container
-				// mounts it: code in the sandbox cannot pass for sandbox-egress.
-				Audience: egressapi.IdentityAudience, ExpirationSeconds: ptr.To(int64(identityTokenSeconds)), Path: "token",
-			}}},
-		}}},
-	)
-	probe := func(period, failures int32) *corev1.Probe {
-		return &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: egressapi.ReadyzPath, Port: intstr.FromInt32(egressapi.HealthPort)}},
-			PeriodSeconds:    period,
-			FailureThreshold: failures,
-			TimeoutSeconds:   1,
-		}
-	}
-	c := corev1.Container{
-		Name:          egressapi.ContainerName,
-		Image:         e.Image,
-		Command:       []string{EgressPath, "serve"},
-		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-		Env: []corev1.EnvVar{
-			{Name: egressapi.EnvPodUID, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
-			{Name: egressapi.EnvPodIP, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
-			{Name: egressapi.EnvHostIP, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
-			{Name: egressapi.EnvConfig, Value: string(cfg)},
-			{Name: egressapi.EnvClientCA, Value: string(clientCA)},
-		},
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: egressapi.StateVolume, MountPath: egressapi.StateDir},
-			{Name: egressapi.IdentityVolume, MountPath: egressapi.IdentityDir, ReadOnly: true},
-		},
-		// Startup: the kubelet starts the other containers once this postStart hook returned,
-		// and it returns once the filter is in (a startup probe would add up to its period).
-		// Readiness: a policy that cannot be applied makes the pod not Ready (as slowly probed
-		// as execd's in a pool, where hundreds of idle pods would otherwise cost the node a CPU).
-		// Three failures in a row, as for execd: one probe that times out on a busy node must
-		// not take a sandbox out of use. Nothing fails open meanwhile: a policy that cannot be
-		// applied leaves the filter denying, and its push fails to the controller at once.
-		Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
-			Command: []string{EgressPath, "wait-ready"},
-		}}},
-		ReadinessProbe: probe(readinessPeriod, 3),
-		LivenessProbe: &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: egressapi.HealthzPath, Port: intstr.FromInt32(egressapi.HealthPort)}},
-			PeriodSeconds:    30,
-			FailureThreshold: 3,
-			TimeoutSeconds:   2,
-		},
-		Resources: corev1.ResourceRequirements{
-			// A DNS proxy and a netlink socket: little CPU, ~20 MiB of Go.
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("24Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("96Mi")},
-		},
-		SecurityContext: &corev1.SecurityContext{
-			RunAsUser:                ptr.To(int64(0)),
-			RunAsNonRoot:             ptr.To(false),
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}},
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-	}
-	spec.InitContainers = append([]corev1.Container{c}, spec.InitContainers...)
 }
 
 // Slim is the cache transform of pods, in sandbox-controller and in sandbox-apiserver: of a

@@ -1,7 +1,6 @@
 package sandboxpod
 
 import (
-	"encoding/json"
 	"slices"
 	"testing"
 
@@ -12,6 +11,10 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
+// TestInjectEgress: with egress, the first init container (before the template's own, which
+// are the sandbox's code too) waits for the node agent to have the pod's filter in force, at
+// the starting revision; no container of the pod holds a network privilege for it; and the
+// pod is labelled for the node agent.
 func TestInjectEgress(t *testing.T) {
 	cfg := egressapi.Config{DefaultAction: egressapi.ActionDeny, Rules: []egressapi.Rule{{Action: egressapi.ActionAllow, To: "pypi.org"}}}
 	cfg.Revision = cfg.Hash()
@@ -20,61 +23,55 @@ func TestInjectEgress(t *testing.T) {
 		Containers: []corev1.Container{{Name: "sandbox", Image: "python", SecurityContext: &corev1.SecurityContext{
 			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}}}}},
 	}
-	Inject(spec, Options{ExecdImage: "kube-sandbox:v1", ClientCA: []byte("CA"), Egress: &Egress{Image: "kube-sandbox:v1", Config: cfg}, ReadinessPeriodSeconds: 10})
+	e := &Egress{Config: cfg}
+	Inject(spec, Options{ExecdImage: "kube-sandbox:v1", ClientCA: []byte("CA"), Egress: e, ReadinessPeriodSeconds: 10})
 
 	var names []string
 	for _, c := range spec.InitContainers {
 		names = append(names, c.Name)
 	}
-	if want := []string{egressapi.ContainerName, execdapi.InitContainerName, "user-init"}; !slices.Equal(names, want) {
-		t.Fatalf("init containers %v, want %v: the filter comes before anything else runs", names, want)
+	if want := []string{execdapi.InitContainerName, "user-init"}; !slices.Equal(names, want) {
+		t.Fatalf("init containers %v, want %v: the wait comes before anything else runs", names, want)
 	}
-	e := spec.InitContainers[0]
-	if e.RestartPolicy == nil || *e.RestartPolicy != corev1.ContainerRestartPolicyAlways {
-		t.Error("sandbox-egress is not a native sidecar")
-	}
-	if e.Lifecycle == nil || e.Lifecycle.PostStart == nil || e.Lifecycle.PostStart.Exec == nil || e.ReadinessProbe == nil || e.ReadinessProbe.PeriodSeconds != 10 || e.ReadinessProbe.FailureThreshold != 3 {
-		t.Errorf("postStart %+v, readiness %+v: the other containers must wait for the filter", e.Lifecycle, e.ReadinessProbe)
-	}
-	if caps := e.SecurityContext.Capabilities; !slices.Equal(caps.Add, []corev1.Capability{"NET_ADMIN"}) || !slices.Equal(caps.Drop, []corev1.Capability{"ALL"}) {
-		t.Errorf("sandbox-egress capabilities %+v, want NET_ADMIN only", caps)
-	}
-	for _, c := range append(spec.Containers, spec.InitContainers[1:]...) {
-		if sc := c.SecurityContext; sc != nil && sc.Capabilities != nil && slices.Contains(sc.Capabilities.Add, "NET_ADMIN") {
-			t.Errorf("container %s has NET_ADMIN", c.Name)
-		}
+	w := spec.InitContainers[0]
+	if want := []string{ExecdInstallPath, "install", "--to", execdapi.BinaryPath, "--wait-egress", "--egress-revision", cfg.Revision}; !slices.Equal(w.Command, want) {
+		t.Errorf("command %q, want %q", w.Command, want)
 	}
 	env := map[string]corev1.EnvVar{}
-	for _, v := range e.Env {
+	for _, v := range w.Env {
 		env[v.Name] = v
 	}
-	if v := env[egressapi.EnvPodUID]; v.ValueFrom == nil || v.ValueFrom.FieldRef == nil || v.ValueFrom.FieldRef.FieldPath != "metadata.uid" {
-		t.Errorf("%s = %+v, want the downward API's metadata.uid", egressapi.EnvPodUID, v)
-	}
-	var got egressapi.Config
-	if err := json.Unmarshal([]byte(env[egressapi.EnvConfig].Value), &got); err != nil || got.Revision != cfg.Revision {
-		t.Errorf("starting config %+v (%v)", got, err)
-	}
-	if env[egressapi.EnvClientCA].Value != "CA" {
-		t.Error("no client CA")
-	}
-	mounted := false
-	for _, m := range spec.Containers[0].VolumeMounts {
-		if m.Name == egressapi.StateVolume || m.Name == egressapi.IdentityVolume {
-			t.Errorf("the sandbox container mounts sandbox-egress's %s", m.Name)
+	for name, path := range map[string]string{execdapi.EnvPodUID: "metadata.uid", execdapi.EnvHostIP: "status.hostIP"} {
+		if v := env[name]; v.ValueFrom == nil || v.ValueFrom.FieldRef == nil || v.ValueFrom.FieldRef.FieldPath != path {
+			t.Errorf("%s = %+v, want the downward API's %s", name, v, path)
 		}
 	}
-	for _, m := range e.VolumeMounts {
-		mounted = mounted || m.Name == egressapi.StateVolume
+	if env[execdapi.EnvClientCA].Value != "CA" {
+		t.Error("no CA to verify the node agent with")
 	}
-	if !mounted {
-		t.Error("sandbox-egress has no state volume")
+	if sc := w.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("the wait runs with %+v, want the restricted level", sc)
+	}
+	for _, c := range append(spec.Containers, spec.InitContainers...) {
+		if sc := c.SecurityContext; sc != nil && sc.Capabilities != nil && (slices.Contains(sc.Capabilities.Add, "NET_ADMIN") || slices.Contains(sc.Capabilities.Add, "NET_RAW")) {
+			t.Errorf("container %s has %v", c.Name, sc.Capabilities.Add)
+		}
+	}
+	labels := map[string]string{egressapi.PodLabel: "false"}
+	LabelEgress(labels, e)
+	if labels[egressapi.PodLabel] != "true" {
+		t.Errorf("labels %v: a template's own value must not take the pod out of the node agent's view", labels)
 	}
 
 	plain := &corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python"}}}
 	Inject(plain, Options{ExecdImage: "kube-sandbox:v1"})
-	if len(plain.InitContainers) != 1 || plain.InitContainers[0].Name != execdapi.InitContainerName {
+	if len(plain.InitContainers) != 1 || plain.InitContainers[0].Name != execdapi.InitContainerName || slices.Contains(plain.InitContainers[0].Command, "--wait-egress") {
 		t.Errorf("without Egress: init containers %v", plain.InitContainers)
+	}
+	unlabelled := map[string]string{}
+	LabelEgress(unlabelled, nil)
+	if len(unlabelled) != 0 {
+		t.Errorf("without Egress: labels %v", unlabelled)
 	}
 }
 

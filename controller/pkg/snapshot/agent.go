@@ -15,15 +15,15 @@ import (
 	"time"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
-// Agent takes a snapshot through the sandbox-snapshotter of a node.
+// Agent takes a snapshot through the sandbox-node of a node.
 type Agent interface {
 	// Snapshot asks the agent at nodeIP for req and calls progress with every Progress event
 	// until the end. An error of type *Failed is the agent's answer (a reason for the
 	// sandbox's condition); others are a failure to reach it.
-	Snapshot(ctx context.Context, nodeIP string, req *snapshotterapi.SnapshotRequest, progress func(snapshotterapi.Event)) (*snapshotterapi.Result, error)
+	Snapshot(ctx context.Context, nodeIP string, req *nodeapi.SnapshotRequest, progress func(nodeapi.Event)) (*nodeapi.Result, error)
 }
 
 // Failed is a snapshot the agent refused or could not take.
@@ -34,12 +34,12 @@ type Failed struct {
 
 func (f *Failed) Error() string { return f.Reason + ": " + f.Message }
 
-// HTTPAgent reaches sandbox-snapshotter over mutual TLS: the controller's client certificate
+// HTTPAgent reaches sandbox-node over mutual TLS: the controller's client certificate
 // of the kube-sandbox CA, and a server that must show a certificate of that CA for
-// snapshotterapi.ServerName (the agent listens on the node's address, which is no name).
+// nodeapi.ServerName (the agent listens on the node's address, which is no name).
 type HTTPAgent struct {
 	Creds execdclient.Credentials
-	// Port overrides snapshotterapi.Port (tests).
+	// Port overrides nodeapi.Port (tests).
 	Port int
 	// Client overrides the HTTP client (tests).
 	Client *http.Client
@@ -47,9 +47,9 @@ type HTTPAgent struct {
 
 var _ Agent = &HTTPAgent{}
 
-// idleTimeout: the agent writes a heartbeat every snapshotterapi.Heartbeat; a stream quiet for
+// idleTimeout: the agent writes a heartbeat every nodeapi.Heartbeat; a stream quiet for
 // three of them is a lost agent.
-const idleTimeout = 3 * snapshotterapi.Heartbeat
+const idleTimeout = 3 * nodeapi.Heartbeat
 
 // dialTimeout: the agent is on a node of the cluster.
 const dialTimeout = 5 * time.Second
@@ -67,7 +67,7 @@ func (a *HTTPAgent) client() *http.Client {
 			}
 			d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout}, Config: &tls.Config{
 				MinVersion:           tls.VersionTLS13,
-				ServerName:           snapshotterapi.ServerName,
+				ServerName:           nodeapi.ServerName,
 				RootCAs:              roots,
 				GetClientCertificate: a.Creds.GetClientCertificate,
 			}}
@@ -80,13 +80,13 @@ func (a *HTTPAgent) client() *http.Client {
 }
 
 // Snapshot implements Agent.
-func (a *HTTPAgent) Snapshot(ctx context.Context, nodeIP string, req *snapshotterapi.SnapshotRequest, progress func(snapshotterapi.Event)) (*snapshotterapi.Result, error) {
+func (a *HTTPAgent) Snapshot(ctx context.Context, nodeIP string, req *nodeapi.SnapshotRequest, progress func(nodeapi.Event)) (*nodeapi.Result, error) {
 	if nodeIP == "" {
 		return nil, errors.New("the pod's node has no address yet")
 	}
 	port := a.Port
 	if port == 0 {
-		port = snapshotterapi.Port
+		port = nodeapi.Port
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -94,7 +94,7 @@ func (a *HTTPAgent) Snapshot(ctx context.Context, nodeIP string, req *snapshotte
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	url := "https://" + net.JoinHostPort(nodeIP, strconv.Itoa(port)) + snapshotterapi.SnapshotPath
+	url := "https://" + net.JoinHostPort(nodeIP, strconv.Itoa(port)) + nodeapi.SnapshotPath
 	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -102,23 +102,23 @@ func (a *HTTPAgent) Snapshot(ctx context.Context, nodeIP string, req *snapshotte
 	httpReq.Header.Set("Content-Type", "application/json")
 	resp, err := a.client().Do(httpReq)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox-snapshotter on node %s: %w", nodeIP, err)
+		return nil, fmt.Errorf("sandbox-node on node %s: %w", nodeIP, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		reason := snapshotterapi.ReasonSnapshotFailed
+		reason := nodeapi.ReasonSnapshotFailed
 		if resp.StatusCode == http.StatusNotFound {
-			reason = snapshotterapi.ReasonContainerNotFound
+			reason = nodeapi.ReasonContainerNotFound
 		}
 		if resp.StatusCode >= 500 {
-			return nil, fmt.Errorf("sandbox-snapshotter on node %s: %s: %s", nodeIP, resp.Status, bytes.TrimSpace(msg))
+			return nil, fmt.Errorf("sandbox-node on node %s: %s: %s", nodeIP, resp.Status, bytes.TrimSpace(msg))
 		}
-		return nil, &Failed{Reason: reason, Message: fmt.Sprintf("sandbox-snapshotter on node %s: %s: %s", nodeIP, resp.Status, bytes.TrimSpace(msg))}
+		return nil, &Failed{Reason: reason, Message: fmt.Sprintf("sandbox-node on node %s: %s: %s", nodeIP, resp.Status, bytes.TrimSpace(msg))}
 	}
 
 	idle := time.AfterFunc(idleTimeout, func() {
-		cancel(fmt.Errorf("sandbox-snapshotter on node %s sent nothing for %s", nodeIP, idleTimeout))
+		cancel(fmt.Errorf("sandbox-node on node %s sent nothing for %s", nodeIP, idleTimeout))
 	})
 	defer idle.Stop()
 	sc := bufio.NewScanner(resp.Body)
@@ -129,21 +129,21 @@ func (a *HTTPAgent) Snapshot(ctx context.Context, nodeIP string, req *snapshotte
 		if len(line) == 0 {
 			continue // a heartbeat
 		}
-		var ev snapshotterapi.Event
+		var ev nodeapi.Event
 		if err := json.Unmarshal(line, &ev); err != nil {
-			return nil, fmt.Errorf("sandbox-snapshotter on node %s: a malformed event: %w", nodeIP, err)
+			return nil, fmt.Errorf("sandbox-node on node %s: a malformed event: %w", nodeIP, err)
 		}
 		switch ev.Type {
-		case snapshotterapi.EventProgress:
+		case nodeapi.EventProgress:
 			if progress != nil {
 				progress(ev)
 			}
-		case snapshotterapi.EventDone:
+		case nodeapi.EventDone:
 			if ev.Result == nil || ev.Result.Digest == "" {
-				return nil, fmt.Errorf("sandbox-snapshotter on node %s: Done without a result", nodeIP)
+				return nil, fmt.Errorf("sandbox-node on node %s: Done without a result", nodeIP)
 			}
 			return ev.Result, nil
-		case snapshotterapi.EventFailed:
+		case nodeapi.EventFailed:
 			return nil, &Failed{Reason: ev.Reason, Message: ev.Message}
 		}
 	}
@@ -151,7 +151,7 @@ func (a *HTTPAgent) Snapshot(ctx context.Context, nodeIP string, req *snapshotte
 		return nil, cause
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox-snapshotter on node %s: %w", nodeIP, err)
+		return nil, fmt.Errorf("sandbox-node on node %s: %w", nodeIP, err)
 	}
-	return nil, fmt.Errorf("sandbox-snapshotter on node %s ended the stream without an outcome", nodeIP)
+	return nil, fmt.Errorf("sandbox-node on node %s ended the stream without an outcome", nodeIP)
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 // agentServer is a TLS server with a certificate of ca for serverName that requires a client
@@ -44,7 +44,7 @@ func agentServer(t *testing.T, ca *pki.CA, serverName string, handle func(w http
 	return port
 }
 
-func events(w http.ResponseWriter, evs ...snapshotterapi.Event) {
+func events(w http.ResponseWriter, evs ...nodeapi.Event) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	for _, ev := range evs {
@@ -55,7 +55,7 @@ func events(w http.ResponseWriter, evs ...snapshotterapi.Event) {
 	}
 }
 
-// TestHTTPAgent: the controller's client of sandbox-snapshotter presents its identity, verifies
+// TestHTTPAgent: the controller's client of sandbox-node presents its identity, verifies
 // the agent's name, reports progress, and tells the agent's refusals from failures to reach it.
 func TestHTTPAgent(t *testing.T) {
 	ca, err := pki.NewCA("test-ca", time.Now(), time.Hour)
@@ -64,8 +64,8 @@ func TestHTTPAgent(t *testing.T) {
 	}
 	authority := pki.NewAuthority(nil)
 	authority.Set(ca, nil)
-	req := &snapshotterapi.SnapshotRequest{PodUID: "u", Namespace: "n", Pod: "p", Container: "sandbox", Image: "r:5000/x/y:t"}
-	result := &snapshotterapi.Result{Image: req.Image, Digest: "sha256:1", LayerSize: 3, Size: 9}
+	req := &nodeapi.SnapshotRequest{PodUID: "u", Namespace: "n", Pod: "p", Container: "sandbox", Image: "r:5000/x/y:t"}
+	result := &nodeapi.Result{Image: req.Image, Digest: "sha256:1", LayerSize: 3, Size: 9}
 
 	tests := []struct {
 		name         string
@@ -77,28 +77,28 @@ func TestHTTPAgent(t *testing.T) {
 		wantDigest   string
 		wantIdentity bool
 	}{
-		{name: "progress, then done", serverName: snapshotterapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
-			events(w, snapshotterapi.Event{Type: snapshotterapi.EventProgress, Stage: snapshotterapi.StageCommitting},
-				snapshotterapi.Event{Type: snapshotterapi.EventProgress, Stage: snapshotterapi.StagePushing, Bytes: 4},
-				snapshotterapi.Event{Type: snapshotterapi.EventDone, Result: result})
+		{name: "progress, then done", serverName: nodeapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
+			events(w, nodeapi.Event{Type: nodeapi.EventProgress, Stage: nodeapi.StageCommitting},
+				nodeapi.Event{Type: nodeapi.EventProgress, Stage: nodeapi.StagePushing, Bytes: 4},
+				nodeapi.Event{Type: nodeapi.EventDone, Result: result})
 		}, wantStages: []string{"Committing", "Pushing"}, wantDigest: "sha256:1", wantIdentity: true},
-		{name: "the agent's failure", serverName: snapshotterapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
-			events(w, snapshotterapi.Event{Type: snapshotterapi.EventFailed, Reason: snapshotterapi.ReasonRegistryUnavailable, Message: "down"})
-		}, wantFailed: snapshotterapi.ReasonRegistryUnavailable},
-		{name: "no such container", serverName: snapshotterapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
+		{name: "the agent's failure", serverName: nodeapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
+			events(w, nodeapi.Event{Type: nodeapi.EventFailed, Reason: nodeapi.ReasonRegistryUnavailable, Message: "down"})
+		}, wantFailed: nodeapi.ReasonRegistryUnavailable},
+		{name: "no such container", serverName: nodeapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "no running container", http.StatusNotFound)
-		}, wantFailed: snapshotterapi.ReasonContainerNotFound},
-		{name: "shutting down is no refusal", serverName: snapshotterapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
+		}, wantFailed: nodeapi.ReasonContainerNotFound},
+		{name: "shutting down is no refusal", serverName: nodeapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		}, wantErr: "503"},
-		{name: "a stream that ends without an outcome", serverName: snapshotterapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
-			events(w, snapshotterapi.Event{Type: snapshotterapi.EventProgress, Stage: snapshotterapi.StageCommitting})
+		{name: "a stream that ends without an outcome", serverName: nodeapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
+			events(w, nodeapi.Event{Type: nodeapi.EventProgress, Stage: nodeapi.StageCommitting})
 		}, wantStages: []string{"Committing"}, wantErr: "without an outcome"},
-		{name: "Done without a digest", serverName: snapshotterapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
-			events(w, snapshotterapi.Event{Type: snapshotterapi.EventDone, Result: &snapshotterapi.Result{}})
+		{name: "Done without a digest", serverName: nodeapi.ServerName, handle: func(w http.ResponseWriter, _ *http.Request) {
+			events(w, nodeapi.Event{Type: nodeapi.EventDone, Result: &nodeapi.Result{}})
 		}, wantErr: "Done without a result"},
 		{name: "a server of another name", serverName: "someone-else.test", handle: func(w http.ResponseWriter, _ *http.Request) {
-			events(w, snapshotterapi.Event{Type: snapshotterapi.EventDone, Result: result})
+			events(w, nodeapi.Event{Type: nodeapi.EventDone, Result: result})
 		}, wantErr: "certificate"},
 	}
 	for _, tc := range tests {
@@ -106,15 +106,15 @@ func TestHTTPAgent(t *testing.T) {
 			var identity string
 			port := agentServer(t, ca, tc.serverName, func(w http.ResponseWriter, r *http.Request, client string) {
 				identity = client
-				var got snapshotterapi.SnapshotRequest
-				if r.URL.Path != snapshotterapi.SnapshotPath || json.NewDecoder(r.Body).Decode(&got) != nil || got != *req {
+				var got nodeapi.SnapshotRequest
+				if r.URL.Path != nodeapi.SnapshotPath || json.NewDecoder(r.Body).Decode(&got) != nil || got != *req {
 					http.Error(w, "bad request", http.StatusBadRequest)
 					return
 				}
 				tc.handle(w, r)
 			})
 			var stages []string
-			res, err := (&HTTPAgent{Creds: authority, Port: port}).Snapshot(t.Context(), "127.0.0.1", req, func(ev snapshotterapi.Event) {
+			res, err := (&HTTPAgent{Creds: authority, Port: port}).Snapshot(t.Context(), "127.0.0.1", req, func(ev nodeapi.Event) {
 				stages = append(stages, ev.Stage)
 			})
 			var failed *Failed

@@ -1,6 +1,6 @@
 // Package snapshot is what sandbox-controller needs to pause and resume sandboxes: where a
 // replica's snapshot goes in the registry (naming), the client of the node agent that takes it
-// (sandbox-snapshotter, over mTLS), the registry client that deletes snapshots, and the Runner
+// (sandbox-node, over mTLS), the registry client that deletes snapshots, and the Runner
 // that takes snapshots in the background and reports their end as events.
 package snapshot
 

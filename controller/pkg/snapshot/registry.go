@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Keys of the registry Secret (in the controller's namespace), which sandbox-snapshotter
+// Keys of the registry Secret (in the controller's namespace), which sandbox-node
 // mounts too. A sandbox user never sees it: it is in no sandbox's namespace.
 const (
 	SecretUsernameKey = "username"

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/kube-sandbox/kube-sandbox/sidecars/snapshotter/snapshotterapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 // Runner takes snapshots in the background, one per pod at most, so that a reconcile never
@@ -35,7 +35,7 @@ type Job struct {
 	Sandbox types.NamespacedName
 	Replica int32
 	PodUID  types.UID
-	Request snapshotterapi.SnapshotRequest
+	Request nodeapi.SnapshotRequest
 	Started time.Time
 	// Stage is the last Progress stage seen ("" before the first).
 	Stage string
@@ -43,7 +43,7 @@ type Job struct {
 	// Done: Result or Err is set, at Finished.
 	Done     bool
 	Finished time.Time
-	Result   *snapshotterapi.Result
+	Result   *nodeapi.Result
 	Err      error
 }
 
@@ -77,7 +77,7 @@ var ErrNotStarted = errors.New("the snapshot runner is not started")
 
 // Ensure returns the job of the pod, starting it if there is none. nodeIP is where the pod's
 // agent listens.
-func (r *Runner) Ensure(sandbox types.NamespacedName, replica int32, podUID types.UID, nodeIP string, req snapshotterapi.SnapshotRequest) (Job, error) {
+func (r *Runner) Ensure(sandbox types.NamespacedName, replica int32, podUID types.UID, nodeIP string, req nodeapi.SnapshotRequest) (Job, error) {
 	r.init()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -96,7 +96,7 @@ func (r *Runner) Ensure(sandbox types.NamespacedName, replica int32, podUID type
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		res, err := r.Agent.Snapshot(ctx, nodeIP, &req, func(ev snapshotterapi.Event) {
+		res, err := r.Agent.Snapshot(ctx, nodeIP, &req, func(ev nodeapi.Event) {
 			r.mu.Lock()
 			changed := ev.Stage != j.Stage
 			j.Stage, j.Bytes = ev.Stage, ev.Bytes

@@ -6,7 +6,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 )
 
-// EgressPolicy is the policy as sandbox-egress reads it (egressapi validates and matches it).
+// EgressPolicy is the policy as the node agent (sandbox-node) reads it (egressapi validates and matches it).
 func (p *SandboxNetworkPolicy) EgressPolicy() *egressapi.Policy {
 	out := &egressapi.Policy{DefaultAction: egressapi.Action(p.DefaultAction)}
 	for _, r := range p.Egress {

@@ -286,11 +286,8 @@ func validateTemplate(t *corev1.PodTemplateSpec, tmpl *field.Path) field.ErrorLi
 	}
 	initContainers := tmpl.Child("spec", "initContainers")
 	for i, c := range t.Spec.InitContainers {
-		switch c.Name {
-		case execdapi.InitContainerName:
+		if c.Name == execdapi.InitContainerName {
 			allErrs = append(allErrs, field.Invalid(initContainers.Index(i).Child("name"), c.Name, "this name is reserved for the execd installer"))
-		case egressapi.ContainerName:
-			allErrs = append(allErrs, field.Invalid(initContainers.Index(i).Child("name"), c.Name, "this name is reserved for sandbox-egress"))
 		}
 	}
 	for i, c := range t.Spec.Containers {
@@ -305,8 +302,6 @@ func validateTemplate(t *corev1.PodTemplateSpec, tmpl *field.Path) field.ErrorLi
 		switch v.Name {
 		case execdapi.BinaryVolume, execdapi.StateVolume, execdapi.IdentityVolume, execdapi.LogVolume:
 			allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-execd"))
-		case egressapi.StateVolume, egressapi.IdentityVolume:
-			allErrs = append(allErrs, field.Invalid(volumes.Index(i).Child("name"), v.Name, "this name is reserved for sandbox-egress"))
 		}
 	}
 	allErrs = append(allErrs, admission.EgressSpecErrors(&t.Spec, tmpl.Child("spec"))...)

@@ -89,9 +89,9 @@ func TestValidateSandbox(t *testing.T) {
 			want:   []fieldErr{{field.ErrorTypeForbidden, "spec.template.spec.hostNetwork"}},
 		},
 		{
-			name: "the egress sidecar's name",
+			name: "the execd installer's name (whose init container waits for the egress filter)",
 			modify: func(s *sandboxv1alpha1.Sandbox) {
-				s.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "kube-sandbox-egress", Image: "x"}}
+				s.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: execdapi.InitContainerName, Image: "x"}}
 			},
 			want: []fieldErr{{field.ErrorTypeInvalid, "spec.template.spec.initContainers[0].name"}},
 		},

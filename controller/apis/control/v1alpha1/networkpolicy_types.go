@@ -1,8 +1,8 @@
 package v1alpha1
 
-// NetworkPolicy is a sandbox's outbound policy, enforced in each of its pods by the
-// sandbox-egress sidecar: a DNS proxy answers only the names the policy allows, and a stateful
-// packet filter lets out only what it allows. The first rule that matches decides; what no
+// NetworkPolicy is a sandbox's outbound policy, enforced for each of its pods by the node
+// agent (sandbox-node), from the node: a DNS proxy answers only the names the policy allows,
+// and a stateful packet filter on the pod's interface lets out only what it allows. The first rule that matches decides; what no
 // rule matches gets defaultAction. The platform's always-deny list (the cluster's pod and
 // service ranges, the nodes, link-local addresses) wins over every rule.
 type NetworkPolicy struct {
@@ -76,8 +76,9 @@ const (
 	ReasonPolicyApplied = "PolicyApplied"
 	// ReasonPolicyPending: a pod has not yet confirmed the current policy.
 	ReasonPolicyPending = "PolicyPending"
-	// ReasonPolicyFailed: a pod's sandbox-egress refused or failed to apply the policy; the
-	// pod keeps what it enforced before, or denies everything.
+	// ReasonPolicyFailed: the node agent of a pod refused, failed to apply or could not prove
+	// the policy (the message says which); the pod keeps what it enforced before, or denies
+	// everything.
 	ReasonPolicyFailed = "PolicyFailed"
 	// ReasonDeniedName (Event): code in the sandbox asked for names its policy denies.
 	ReasonDeniedName = "EgressDenied"
