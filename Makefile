@@ -18,7 +18,7 @@ help: ## Show the targets.
 build: ## Build all binaries into _output/bin.
 	@mkdir -p $(BIN)
 	$(GO_BUILD) -o $(BIN)/ ./apiserver/cmd/sandbox-apiserver ./controller/cmd/sandbox-controller \
-		./sidecars/cmd/sandbox-execd ./sidecars/cmd/sandbox-egress ./sidecars/cmd/sandbox-snapshotter \
+		./sidecars/cmd/sandbox-execd ./sidecars/cmd/sandbox-node \
 		./plugin/cmd/kubectl-sandbox
 
 .PHONY: up

@@ -3,7 +3,7 @@
 # installs it on any cluster: kubectl apply -k of artifacts/local (the base plus local images and
 # host networking), through an overlay generated in $RUN/install-overlay that puts this node's
 # containerd socket directory (the dirname of $CONTAINERD_SOCK, below the repository; the
-# manifests say /run/containerd) into sandbox-snapshotter's hostPath volume. Before it, the
+# manifests say /run/containerd) into sandbox-node's hostPath volume. Before it, the
 # Secret kube-sandbox-registry in kube-sandbox-system tells the components where snapshots go:
 # keys registry (host:port, $REGISTRY), repository (prefix, $REGISTRY_REPOSITORY), ca.crt,
 # username and password (the cluster registry's, from $PKI; never printed). A new kube-sandbox
@@ -40,8 +40,8 @@ kubectl -n "$NS" create secret generic "$SECRET" --dry-run=client -o yaml \
 log "Secret $NS/$SECRET: registry $REGISTRY, repository $REGISTRY_REPOSITORY, user $REGISTRY_USER"
 
 # The overlay applied: artifacts/local (by a relative path: kustomize takes no absolute one),
-# with the directory of our containerd's socket in sandbox-snapshotter's first volume (named
-# containerd, which the patch checks first). Without a sandbox-snapshotter it patches nothing.
+# with the directory of our containerd's socket in sandbox-node's first volume (named
+# containerd, which the patch checks first).
 OVERLAY=$RUN/install-overlay
 mkdir -p "$OVERLAY"
 cat >"$OVERLAY/kustomization.yaml" <<YAML
@@ -51,7 +51,7 @@ kind: Kustomization
 resources:
 - $(realpath --relative-to="$OVERLAY" "$ROOT/artifacts/local")
 patches:
-- target: {group: apps, version: v1, kind: DaemonSet, name: sandbox-snapshotter}
+- target: {group: apps, version: v1, kind: DaemonSet, name: sandbox-node}
   patch: |-
     - op: test
       path: /spec/template/spec/volumes/0/name
@@ -62,9 +62,7 @@ patches:
 YAML
 log "kubectl apply --server-side -k artifacts/local (containerd socket directory $(dirname "$CONTAINERD_SOCK"))"
 kubectl apply --server-side --force-conflicts -k "$OVERLAY" >"$RUN/logs/install.log"
-# sandbox-snapshotter, where the manifests have it
-daemonsets=()
-grep -q '^daemonset.apps/sandbox-snapshotter ' "$RUN/logs/install.log" && daemonsets+=(sandbox-snapshotter)
+daemonsets=(sandbox-node)
 kubectl wait --for=condition=Established crd/batchsandboxes.control.kube-sandbox.io crd/pools.control.kube-sandbox.io \
 	--timeout="$TIMEOUT" >/dev/null
 if [ -n "$before" ] && [ "$before" != "$after" ]; then

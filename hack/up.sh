@@ -46,6 +46,7 @@ sample_pool() { # NAME FILE: apply a sample pool of artifacts/samples and wait u
 if [ "$SAMPLE_POOL" != 0 ]; then
 	export KUBECONFIG=$ADMIN_KUBECONFIG
 	sample_pool python artifacts/samples/pool-python.yaml
+	sample_pool python-gvisor artifacts/samples/pool-python-gvisor.yaml
 fi
 
 cat <<TXT
@@ -72,6 +73,12 @@ outbound policy (without one, a sandbox reaches nothing: the platform's default 
   kubectl sandbox network fast
   kubectl get sandboxes -o wide
   kubectl sandbox delete fast
+
+The same in gVisor (a user-space kernel between the sandbox and the node's; same policy):
+
+  kubectl sandbox create isolated --pool python-gvisor --allow pypi.org
+  kubectl sandbox exec isolated -- python3 -c 'import os; print(os.uname().release)'
+  kubectl sandbox delete isolated
 TXT
 fi
 cat <<TXT

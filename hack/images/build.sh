@@ -15,7 +15,7 @@ readonly IMG_PAUSE=$PAUSE_IMAGE                # registry.k8s.io/pause:3.10
 readonly IMG_BUSYBOX=$SANDBOX_IMAGE_BUSYBOX    # kube-sandbox.local/sandbox-busybox:latest
 readonly IMG_PYTHON=$SANDBOX_IMAGE_PYTHON      # kube-sandbox.local/sandbox-python:3.11
 readonly IMG_KUBE_SANDBOX=$KUBE_SANDBOX_IMAGE  # kube-sandbox.local/kube-sandbox:dev
-readonly SANDBOX_BINARIES=(sandbox-apiserver sandbox-controller sandbox-execd sandbox-egress sandbox-snapshotter)
+readonly SANDBOX_BINARIES=(sandbox-apiserver sandbox-controller sandbox-execd sandbox-node)
 readonly PY_SUITE=bookworm PY_VARIANT=minbase PY_INCLUDE=python3
 
 MKIMAGE=$ROOT/hack/images/mkimage.sh
