@@ -81,9 +81,9 @@ while True:
 `
 
 // TestFilesProxyAndPortForward: files, proxy, port-forward and a terminal, in a sandbox of the
-// default runtime (runc). (gVisor sandboxes are refused: TestGVisor.)
+// default runtime (runc) and in gVisor.
 func TestFilesProxyAndPortForward(t *testing.T) {
-	for _, runtimeClass := range []string{""} {
+	for _, runtimeClass := range []string{"", "gvisor"} {
 		name := runtimeClass
 		if name == "" {
 			name = "runc"

@@ -111,10 +111,21 @@ func waitEgressReady(t *testing.T, ns, name string) (egressState, time.Duration)
 	return s, time.Since(start)
 }
 
-// TestEgress: outbound policies enforced by sandbox-egress on the real cluster, for direct
-// and pooled sandboxes, against "outside" hosts (network namespaces behind the node) whose
-// servers count what reaches them.
+// runtimes are the RuntimeClasses every egress case runs under: the node's default (runc) and
+// gVisor, whose user-space network stack bypasses the pod's own netfilter: the node agent's
+// filter, on the pod's host-side interface, must hold for both.
+var runtimes = []struct{ name, class string }{{"runc", ""}, {"gvisor", "gvisor"}}
+
+// TestEgress: outbound policies enforced by the node agent (sandbox-node) on the real cluster,
+// for direct and pooled sandboxes under each runtime, against "outside" hosts (network
+// namespaces behind the node) whose servers count what reaches them.
 func TestEgress(t *testing.T) {
+	for _, rt := range runtimes {
+		t.Run(rt.name, func(t *testing.T) { testEgress(t, rt.class) })
+	}
+}
+
+func testEgress(t *testing.T, runtimeClass string) {
 	net := outside.New(t)
 	dnsHost := net.AddHost(t, "dns")
 	web := net.AddHost(t, "web")
@@ -149,10 +160,14 @@ func TestEgress(t *testing.T) {
 	t.Cleanup(func() { patch(prev) })
 
 	ns := newNamespace(t)
-	applyPool(t, ns, "egress", 3, 3, 6)
+	applyPoolIn(t, ns, "egress", runtimeClass, 3, 3, 6)
 	waitPoolFull(t, ns, "egress", 3, 0, 120*time.Second)
 
-	mustSandboxCmd(t, ns, "create", "direct", "--image", pythonImage, "--allow", "allowed.test", "--allow", "*.wild.test", "--timeout", "30m")
+	direct := []string{"create", "direct", "--image", pythonImage, "--allow", "allowed.test", "--allow", "*.wild.test", "--timeout", "30m"}
+	if runtimeClass != "" {
+		direct = append(direct, "--runtime-class", runtimeClass)
+	}
+	mustSandboxCmd(t, ns, direct...)
 	mustSandboxCmd(t, ns, "create", "pooled", "--pool", "egress", "--allow", "allowed.test", "--allow", "*.wild.test", "--timeout", "30m")
 	mustSandboxCmd(t, ns, "create", "closed", "--pool", "egress", "--deny-all", "--timeout", "30m", "--", "python3", "-m", "http.server", "8000", "--directory", "/tmp")
 	mustSandboxCmd(t, ns, "create", "default", "--pool", "egress", "--timeout", "30m")
@@ -283,15 +298,10 @@ func TestEgress(t *testing.T) {
 		expectProbe(t, "closed", got, map[string]string{"later": "nxdomain", "other": "refused"})
 	})
 
-	t.Run("killing the sidecar leaves traffic denied", func(t *testing.T) {
-		s := egressState{}
-		getJSON(t, &s, "-n", ns, "get", "sandbox", "pooled")
-		pod := getPod(t, ns, s.Status.Pods[0].Name)
-		pid := egressPID(t, pod.Metadata.UID)
-		restartsBefore := egressRestarts(t, ns, pod.Metadata.Name)
+	t.Run("killing the node agent leaves traffic denied", func(t *testing.T) {
+		pid := nodeAgentPID(t)
 		// One exec watches for 4 s, every 50 ms, a denied address and an allowed name, while
-		// the sidecar is killed under it: the exec's stream is open already, so the pod going
-		// unready (which it does, its sidecar being down) does not end it.
+		// the node agent is killed under it: the rules are the kernel's, not the agent's.
 		watch := `
 import socket, time
 end = time.time() + 4
@@ -313,7 +323,7 @@ while time.time() < end:
 		}()
 		time.Sleep(time.Second)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill sandbox-egress (pid %d): %v", pid, err)
+			t.Fatalf("kill sandbox-node (pid %d): %v", pid, err)
 		}
 		r := <-done
 		if r.code != 0 {
@@ -327,22 +337,67 @@ while time.time() < end:
 				counts["allowed-name "+f[1]]++
 			}
 		}
-		t.Logf("while sandbox-egress was killed and restarted: %v", counts)
+		t.Logf("while sandbox-node was killed and restarted: %v", counts)
 		if counts["denied-address ok"] > 0 {
-			t.Errorf("a denied address was reached %d times around the sidecar's death", counts["denied-address ok"])
+			t.Errorf("a denied address was reached %d times around the agent's death", counts["denied-address ok"])
 		}
-		// The check proves something only if the sidecar really died in the watch: the kubelet
-		// counts the restart. (Names may resolve all along: the kubelet can restart it within
-		// one 50 ms round of the watch.)
-		waitFor(t, "the kubelet to count sandbox-egress's restart", 60*time.Second, func() (bool, string) {
-			n := egressRestarts(t, ns, pod.Metadata.Name)
-			return n > restartsBefore, fmt.Sprintf("restartCount %d, %d before the kill", n, restartsBefore)
-		})
-		// The kubelet restarts it; it restores the policy it had, and allowed names work again.
-		waitFor(t, "sandbox-egress back", 60*time.Second, func() (bool, string) {
+		// The kubelet restarts it; it takes back its rules and policies, and allowed names
+		// resolve again.
+		waitFor(t, "sandbox-node back", 60*time.Second, func() (bool, string) {
+			if p := nodeAgentPIDs(t); len(p) == 0 || p[0] == pid {
+				return false, "not restarted yet"
+			}
 			r := sandboxCmd(t, ns, "exec", "pooled", "--", "python3", "-c", probe, "name,allowed-name,allowed.test", "tcp,denied-address,"+other.IP.String()+",80")
 			return r.code == 0 && strings.Contains(r.stdout, "allowed-name ok") && strings.Contains(r.stdout, "denied-address refused"), r.stdout + r.stderr
 		})
+	})
+
+	t.Run("a sandbox created while the node agent is away waits, then runs under its policy", func(t *testing.T) {
+		away := `{"spec":{"template":{"spec":{"nodeSelector":{"kube-sandbox.io/e2e-no-such-node":"true"}}}}}`
+		mustKubectl(t, "-n", "kube-sandbox-system", "patch", "daemonset", "sandbox-node", "--type=strategic", "-p", away)
+		back := func() {
+			mustKubectl(t, "-n", "kube-sandbox-system", "patch", "daemonset", "sandbox-node", "--type=json",
+				"-p", `[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]`)
+		}
+		restored := false
+		t.Cleanup(func() {
+			if !restored {
+				back()
+			}
+		})
+		waitFor(t, "sandbox-node gone", 60*time.Second, func() (bool, string) {
+			p := nodeAgentPIDs(t)
+			return len(p) == 0, fmt.Sprint(p)
+		})
+		late := []string{"create", "late", "--image", pythonImage, "--allow", "allowed.test", "--timeout", "30m"}
+		if runtimeClass != "" {
+			late = append(late, "--runtime-class", runtimeClass)
+		}
+		mustSandboxCmd(t, ns, late...)
+		// Its pod gets an address and waits in its first init container: nothing of the sandbox runs.
+		waitFor(t, "the late sandbox's pod to wait for the node agent", 60*time.Second, func() (bool, string) {
+			out := kubectl(t, "-n", ns, "get", "pod", "late-0", "-o",
+				`jsonpath={.status.podIP}|{.status.initContainerStatuses[0].state.running.startedAt}|{.status.containerStatuses[0].state.running.startedAt}`).stdout
+			f := strings.Split(out, "|")
+			return len(f) == 3 && f[0] != "" && f[1] != "" && f[2] == "", out
+		})
+		// And goes on waiting: the sandbox container never starts without the agent.
+		time.Sleep(3 * time.Second)
+		if out := mustKubectl(t, "-n", ns, "get", "pod", "late-0", "-o", `jsonpath={.status.containerStatuses[0].state.running.startedAt}`); out != "" {
+			t.Fatalf("the sandbox container started at %s with no node agent", out)
+		}
+		s := egressState{}
+		getJSON(t, &s, "-n", ns, "get", "sandbox", "late")
+		if c := findCondition(s.Status.Conditions, "EgressReady"); c.Status == "True" {
+			t.Errorf("EgressReady %+v while no node agent runs", c)
+		}
+		t.Logf("while the agent is away: %+v", findCondition(s.Status.Conditions, "EgressReady"))
+		back()
+		restored = true
+		waitSandboxRunning(t, ns, 120*time.Second, "late")
+		waitEgressReady(t, ns, "late")
+		got := probeSandbox(t, ns, "late", "name,allowed-name,allowed.test", "tcp,denied-address,"+other.IP.String()+",80")
+		expectProbe(t, "late", got, map[string]string{"allowed-name": "ok", "denied-address": "refused"})
 	})
 
 	t.Run("get -o wide shows the policy", func(t *testing.T) {
@@ -353,27 +408,16 @@ while time.time() < end:
 	})
 }
 
-// egressPID finds the sandbox-egress process of a pod on this node (by its POD_UID).
-func egressPID(t *testing.T, podUID string) int {
+// nodeAgentPID is the node's sandbox-node.
+func nodeAgentPID(t *testing.T) int {
 	t.Helper()
-	for _, pid := range processPIDs(t, "/usr/local/bin/sandbox-egress\x00serve") {
-		env, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
-		if strings.Contains("\x00"+string(env)+"\x00", "\x00POD_UID="+podUID+"\x00") {
-			return pid
-		}
-	}
-	t.Fatalf("no sandbox-egress process for pod %s", podUID)
-	return 0
+	return processPID(t, nodeAgentCmdline)
 }
 
-// egressRestarts is the kubelet's restartCount of the pod's sandbox-egress container.
-func egressRestarts(t *testing.T, ns, pod string) int {
+// nodeAgentPIDs are the node's sandbox-node processes (none while it is away).
+func nodeAgentPIDs(t *testing.T) []int {
 	t.Helper()
-	out := mustKubectl(t, "-n", ns, "get", "pod", pod, "-o",
-		`jsonpath={.status.containerStatuses[?(@.name=="kube-sandbox-egress")].restartCount}{.status.initContainerStatuses[?(@.name=="kube-sandbox-egress")].restartCount}`)
-	n, err := strconv.Atoi(strings.TrimSpace(out))
-	if err != nil {
-		t.Fatalf("restartCount of sandbox-egress in pod %s: %q", pod, out)
-	}
-	return n
+	return processPIDs(t, nodeAgentCmdline)
 }
+
+const nodeAgentCmdline = "/usr/local/bin/sandbox-node\x00"

@@ -8,47 +8,69 @@ import (
 	"time"
 )
 
-// TestGVisor: a sandbox in gVisor (RuntimeClass gvisor, handler runsc) cannot have its egress
-// policy enforced, since gVisor's user-space network stack sends the pod's packets past the
-// netfilter hooks of the pod's network namespace. So it is refused with an error that says
-// why: a direct sandbox with 422 naming spec.template.spec.runtimeClassName, for everyone; a
-// Pool with Ready=False TemplateRefused, and no pods.
+// TestGVisor: a sandbox in gVisor (RuntimeClass gvisor, handler runsc) has every feature a
+// runc one has. Egress, files, proxy, port-forward and terminals run under both runtimes in
+// TestEgress and TestFilesProxyAndPortForward; here: that the sandbox really is in gVisor, for a
+// sandbox-only user too, direct and pooled; tasks and their logs; and pause and resume, whose
+// snapshot keeps a gVisor sandbox's files. A runtime class whose handler is not one under which
+// egress is known to be enforced (a VM runtime, say) is refused.
 func TestGVisor(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
 	bindUsers(t, ns)
-	for _, as := range []string{"--as=" + sandboxOnlyUser, "--as=" + podCreator} {
-		r := sandboxCmd(t, ns, as, "create", "direct", "--image", pythonImage, "--runtime-class", "gvisor", "--timeout", "10m")
-		if r.code == 0 || !strings.Contains(r.stderr, "spec.template.spec.runtimeClassName") || !strings.Contains(r.stderr, "egress policy") {
-			t.Fatalf("%s: create in gVisor: exit %d: %s%s; want a refusal naming spec.template.spec.runtimeClassName", as, r.code, r.stdout, r.stderr)
+
+	r := sandboxCmd(t, ns, "--as="+sandboxOnlyUser, "create", "direct", "--image", pythonImage, "--runtime-class", "gvisor", "--timeout", "10m")
+	if r.code != 0 {
+		t.Fatalf("a sandbox-only user creating a gVisor sandbox: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	applyPoolIn(t, ns, "gv", "gvisor", 1, 1, 3)
+	waitPoolFull(t, ns, "gv", 1, 0, 120*time.Second)
+	mustSandboxCmd(t, ns, "create", "pooled", "--pool", "gv", "--timeout", "10m")
+	waitSandboxRunning(t, ns, 120*time.Second, "direct", "pooled")
+	for _, name := range []string{"direct", "pooled"} {
+		// gVisor's own kernel answers: its release and its boot messages.
+		out := mustSandboxCmd(t, ns, "exec", name, "--", "sh", "-c", "uname -r; dmesg 2>/dev/null | head -3")
+		if !strings.Contains(out, "gVisor") && !strings.HasPrefix(out, "4.4.0") {
+			t.Errorf("%s does not run in gVisor: %q", name, out)
 		}
 	}
-	if g := kubectl(t, "-n", ns, "get", "batchsandbox", "direct"); g.code == 0 {
-		t.Errorf("a refused sandbox was stored: %s", g.stdout)
-	}
-	manifest := `apiVersion: control.kube-sandbox.io/v1alpha1
-kind: Pool
-metadata: {name: gvisor}
-spec:
-  capacitySpec: {bufferMin: 1, bufferMax: 1, poolMin: 0, poolMax: 3}
-  template:
-    spec:
-      runtimeClassName: gvisor
-      containers:
-      - name: sandbox
-        image: ` + pythonImage + `
-        imagePullPolicy: Never
-`
-	if r := run(t, []byte(manifest), "kubectl", "-n", ns, "apply", "-f", "-"); r.code != 0 {
-		t.Fatalf("apply pool: %s", r.stderr)
-	}
-	p := waitPool(t, ns, "gvisor", "Ready=False, TemplateRefused", 60*time.Second, func(p poolObject) bool {
-		return findCondition(p.Status.Conditions, "Ready").Reason == "TemplateRefused"
+
+	t.Run("tasks and logs", func(t *testing.T) {
+		mustSandboxCmd(t, ns, "create", "job", "--image", pythonImage, "--runtime-class", "gvisor", "--replicas", "2", "--task", "--",
+			"python3", "-c", "import os; print('task in', os.uname().release, flush=True)")
+		waitTasksComplete(t, ns, "job", 120*time.Second)
+		logs := mustSandboxCmd(t, ns, "logs", "job", "--replica", "1")
+		if !strings.Contains(logs, "task in 4.4.0") {
+			t.Errorf("the task's log: %q", logs)
+		}
 	})
-	if c := findCondition(p.Status.Conditions, "Ready"); !strings.Contains(c.Message, "runtimeClassName") || !strings.Contains(c.Message, "runsc") {
-		t.Errorf("the condition does not say why: %+v", c)
-	}
-	if idle, allocated := poolPods(t, ns, "gvisor"); len(idle)+len(allocated) != 0 {
-		t.Errorf("a refused pool made pods: %v %v", podNames(idle), podNames(allocated))
-	}
+
+	t.Run("pause and resume keep its files", func(t *testing.T) {
+		sum := strings.TrimSpace(mustSandboxCmd(t, ns, "exec", "direct", "--", "python3", "-c", writeState, "1048576", "gvisor"))
+		paused := pauseResume(t, ns, "direct")
+		if len(paused.Status.Snapshots) != 1 || paused.Status.Snapshots[0].LayerSize < 1<<20 {
+			t.Fatalf("snapshots %+v: want one with the 1 MiB written", paused.Status.Snapshots)
+		}
+		got := mustSandboxCmd(t, ns, "exec", "direct", "--", "python3", "-c", readState)
+		if want := "written before the pause by gvisor\nhello from gvisor\n" + sum + "\nissue-gone\n"; got != want {
+			t.Errorf("after the resume the sandbox has:\n%s\nwant:\n%s", got, want)
+		}
+		if out := mustSandboxCmd(t, ns, "exec", "direct", "--", "uname", "-r"); !strings.HasPrefix(out, "4.4.0") {
+			t.Errorf("the resumed sandbox left gVisor: uname -r %q", out)
+		}
+	})
+
+	t.Run("a runtime class the egress policy is not proven under is refused", func(t *testing.T) {
+		if r := run(t, []byte("apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: e2e-vm}\nhandler: kata\n"), "kubectl", "apply", "-f", "-"); r.code != 0 {
+			t.Fatalf("apply the runtime class: %s", r.stderr)
+		}
+		t.Cleanup(func() { kubectl(t, "delete", "runtimeclass", "e2e-vm", "--ignore-not-found") })
+		r := sandboxCmd(t, ns, "create", "vm", "--image", pythonImage, "--runtime-class", "e2e-vm")
+		if r.code == 0 || !strings.Contains(r.stderr, "spec.template.spec.runtimeClassName") || !strings.Contains(r.stderr, "kata") {
+			t.Fatalf("create with handler kata: exit %d: %s%s; want a refusal naming spec.template.spec.runtimeClassName", r.code, r.stdout, r.stderr)
+		}
+		if g := kubectl(t, "-n", ns, "get", "batchsandbox", "vm"); g.code == 0 {
+			t.Errorf("a refused sandbox was stored: %s", g.stdout)
+		}
+	})
 }

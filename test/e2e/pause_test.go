@@ -230,7 +230,7 @@ func TestPauseResumeKeepsPolicy(t *testing.T) {
 	check("after the resume")
 }
 
-// TestPauseSnapshotterKilled: killing sandbox-snapshotter during a pause keeps the pod and the
+// TestPauseSnapshotterKilled: killing the node agent (sandbox-node, which takes snapshots) during a pause keeps the pod and the
 // sandbox usable, and the condition says the snapshot failed.
 func TestPauseSnapshotterKilled(t *testing.T) {
 	ns := newNamespace(t)
@@ -243,9 +243,9 @@ func TestPauseSnapshotterKilled(t *testing.T) {
 		c := findCondition(s.Status.Conditions, "Paused")
 		return c.Reason == "Pausing" && (strings.Contains(c.Message, "Committing") || strings.Contains(c.Message, "Pushing")), s.String()
 	})
-	pid := snapshotterPID(t)
+	pid := nodeAgentPID(t)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill sandbox-snapshotter (pid %d): %v", pid, err)
+		t.Fatalf("kill sandbox-node (pid %d): %v", pid, err)
 	}
 	s := waitPausedFailed(t, ns, "victim")
 	t.Logf("after the kill: %s", s)
@@ -268,12 +268,6 @@ func waitPausedFailed(t *testing.T, ns, name string) pausedSandbox {
 		return c.Status == "False" && (c.Reason == "SnapshotFailed" || c.Reason == "RegistryUnavailable") && s.Status.Phase == "Running", s.String()
 	})
 	return s
-}
-
-// snapshotterPID is the node's sandbox-snapshotter.
-func snapshotterPID(t *testing.T) int {
-	t.Helper()
-	return processPID(t, "/usr/local/bin/sandbox-snapshotter\x00")
 }
 
 // processPID is the node's first process whose command line begins with prefix.

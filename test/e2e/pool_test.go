@@ -193,6 +193,16 @@ func podNames(pods []podObject) []string {
 // applyPool creates (or changes) a Pool of the Python image, as artifacts/samples/pool-python.yaml.
 func applyPool(t *testing.T, ns, name string, bufferMin, bufferMax, poolMax int) {
 	t.Helper()
+	applyPoolIn(t, ns, name, "", bufferMin, bufferMax, poolMax)
+}
+
+// applyPoolIn is applyPool with a RuntimeClass ("": the node's default runtime).
+func applyPoolIn(t *testing.T, ns, name, runtimeClass string, bufferMin, bufferMax, poolMax int) {
+	t.Helper()
+	rc := ""
+	if runtimeClass != "" {
+		rc = "\n      runtimeClassName: " + runtimeClass
+	}
 	manifest := fmt.Sprintf(`apiVersion: control.kube-sandbox.io/v1alpha1
 kind: Pool
 metadata: {name: %s}
@@ -201,7 +211,7 @@ spec:
   updateStrategy: {maxUnavailable: 1}
   recycleStrategy: Delete
   template:
-    spec:
+    spec:%s
       containers:
       - name: sandbox
         image: %s
@@ -209,7 +219,7 @@ spec:
         resources:
           requests: {cpu: 10m, memory: 32Mi}
           limits: {memory: 512Mi}
-`, name, bufferMin, bufferMax, poolMax, pythonImage)
+`, name, bufferMin, bufferMax, poolMax, rc, pythonImage)
 	r := run(t, []byte(manifest), "kubectl", "-n", ns, "apply", "-f", "-")
 	if r.code != 0 {
 		t.Fatalf("kubectl apply pool %s: exit %d: %s%s", name, r.code, r.stdout, r.stderr)
