@@ -68,7 +68,7 @@ func (f *fakeFilter) Pods() ([]nodefilter.Pod, error) {
 }
 
 func (f *fakeFilter) Learn(uid, key string, addrs []netip.Addr, ttl time.Duration) error { return nil }
-func (f *fakeFilter) Learned(uid, key string, addr netip.Addr) bool                     { return false }
+func (f *fakeFilter) Learned(uid, key string, addr netip.Addr) bool                      { return false }
 
 func (f *fakeFilter) CutFlows(uid string, m *egressapi.Matcher) (int, error) {
 	f.mu.Lock()

@@ -37,8 +37,8 @@ func newEgressOptions() egressOptions {
 		// the filter redirects each pod's queries to the address of the interface they came
 		// in on.
 		DNSAddresses: []string{":" + strconv.Itoa(egressapi.DNSPort)},
-		StateDir:   "/var/lib/kube-sandbox/egress",
-		ResolvConf: "/etc/resolv.conf",
+		StateDir:     "/var/lib/kube-sandbox/egress",
+		ResolvConf:   "/etc/resolv.conf",
 	}
 }
 
