@@ -223,10 +223,15 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	registry := o.Registry
+	committer := NewCommitter(client, o.ContainerdNamespace, &registry)
+	// A snapshot interrupted by the death of the last agent may have left a sandbox frozen.
+	if n, err := committer.ThawLeftovers(ctx); err != nil {
+		klog.ErrorS(err, "Thawing containers an interrupted snapshot left frozen", "thawed", n)
+	}
 	s := &server{
 		egress:       eg,
 		waitListen:   o.WaitAddress,
-		committer:    NewCommitter(client, o.ContainerdNamespace, &registry),
+		committer:    committer,
 		registry:     &registry,
 		tls:          files,
 		listen:       o.ListenAddress,

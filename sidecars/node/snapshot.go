@@ -240,6 +240,12 @@ func (c *Committer) Snapshot(ctx context.Context, ctr *Container, image referenc
 	}, nil
 }
 
+// FrozenLabel marks, on a containerd container, that sandbox-node froze its task for a
+// snapshot. It is set before the task is paused and cleared once it is resumed, so that an
+// agent killed in between thaws the container when it starts again (ThawLeftovers) rather than
+// leaving a sandbox frozen for good.
+const FrozenLabel = "sandbox.kube-sandbox.io/frozen-by-sandbox-node"
+
 // freeze pauses the container's task, if it has a running one, and returns what thaws it. A
 // task that cannot be paused fails the snapshot: an inconsistent one is worse than none, and
 // the sandbox keeps running.
@@ -258,7 +264,11 @@ func (c *Committer) freeze(ctx context.Context, ctr *Container) (func(), error) 
 	if st, err := task.Status(ctx); err != nil || st.Status != containerd.Running {
 		return func() {}, nil
 	}
+	if _, err := cont.SetLabels(ctx, map[string]string{FrozenLabel: time.Now().UTC().Format(time.RFC3339)}); err != nil {
+		return nil, fmt.Errorf("mark container %s frozen: %w", ctr.ID, err)
+	}
 	if err := task.Pause(ctx); err != nil {
+		c.unmark(ctx, cont)
 		return nil, fmt.Errorf("freeze container %s for a consistent snapshot: %w", ctr.ID, err)
 	}
 	start := time.Now()
@@ -267,11 +277,52 @@ func (c *Committer) freeze(ctx context.Context, ctr *Container) (func(), error) 
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		if err := task.Resume(cctx); err != nil {
-			klog.ErrorS(err, "Thawing a container after its snapshot", "container", ctr.ID)
+			klog.ErrorS(err, "Thawing a container after its snapshot; the next start of sandbox-node thaws it", "container", ctr.ID)
 			return
 		}
+		c.unmark(cctx, cont)
 		klog.V(4).InfoS("Thawed a container after committing its layer", "container", ctr.ID, "frozen", time.Since(start))
 	}, nil
+}
+
+func (c *Committer) unmark(ctx context.Context, cont containerd.Container) {
+	if _, err := cont.SetLabels(ctx, map[string]string{FrozenLabel: ""}); err != nil {
+		klog.ErrorS(err, "Clearing a container's frozen mark", "container", cont.ID())
+	}
+}
+
+// ThawLeftovers resumes every container that a snapshot froze and did not thaw (sandbox-node
+// was killed in between), and returns how many it thawed. A container that was marked but
+// whose task is not paused (it was thawed, then the agent died before clearing the mark) is
+// only unmarked.
+func (c *Committer) ThawLeftovers(ctx context.Context) (int, error) {
+	ctx = namespaces.WithNamespace(ctx, c.namespace)
+	list, err := c.client.Containers(ctx, fmt.Sprintf("labels.%q", FrozenLabel))
+	if err != nil {
+		return 0, fmt.Errorf("list frozen containers: %w", err)
+	}
+	thawed := 0
+	var errs []error
+	for _, cont := range list {
+		task, err := cont.Task(ctx, nil)
+		switch {
+		case errdefs.IsNotFound(err):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("the task of container %s: %w", cont.ID(), err))
+			continue
+		default:
+			if st, err := task.Status(ctx); err == nil && st.Status == containerd.Paused {
+				if err := task.Resume(ctx); err != nil {
+					errs = append(errs, fmt.Errorf("thaw container %s: %w", cont.ID(), err))
+					continue
+				}
+				thawed++
+				klog.InfoS("Thawed a container that an interrupted snapshot left frozen", "container", cont.ID())
+			}
+		}
+		c.unmark(ctx, cont)
+	}
+	return thawed, errors.Join(errs...)
 }
 
 // baseImage reads the image name's manifest for the node's platform and its config.
