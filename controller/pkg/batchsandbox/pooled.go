@@ -113,7 +113,7 @@ func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.Ba
 		return reconcile.Result{}, taskErr
 	}
 	if egressErr != nil {
-		// The workqueue's backoff retries it (a pod whose sidecar is not up yet); the expiry
+		// The workqueue's backoff retries it (a pod whose node agent has not answered yet); the expiry
 		// deadline is computed again then.
 		return reconcile.Result{}, egressErr
 	}
@@ -341,7 +341,7 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 		claimer = r.defaultClaimer()
 	}
 	// A pool pod denies all outbound traffic until the claim: the sandbox's policy goes to its
-	// the node agent (sandbox-node) first, so that the entrypoint the claim starts never runs without it.
+	// node agent (sandbox-node) first, so that the entrypoint the claim starts never runs without it.
 	var egressCfg *egressapi.Config
 	if req != nil && r.Egress != nil {
 		cfg, err := eg.get(ctx)

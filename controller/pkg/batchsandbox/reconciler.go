@@ -54,9 +54,9 @@ type Reconciler struct {
 	// Claimer allocates execd of a pool pod to a sandbox; nil: an HTTPClaimer with the
 	// Authority's credentials.
 	Claimer Claimer
-	// Egress gives every pod the sidecar that enforces the sandbox's outbound policy, and
-	// pushes policy changes to it; nil: pods get none (tests whose simulated nodes run no
-	// sidecars).
+	// Egress makes every pod wait for its node agent to enforce the sandbox's outbound
+	// policy, and pushes the policy and its changes there; nil: none (tests whose simulated
+	// nodes run no node agent).
 	Egress *egress.Enforcer
 	// Tasks holds the watch streams to the execd of pods that run tasks; nil: tasks are not
 	// run (a taskTemplate then waits).
@@ -204,7 +204,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	var failure *sandboxpod.Problem
 	var clientCA []byte
-	var sidecar *sandboxpod.Egress
+	var podEgress *sandboxpod.Egress
 	eg := &egressOnce{r: r, bs: bs, pool: pool}
 	for i := int32(0); i < desired; i++ {
 		if _, ok := byReplica[i]; ok || ended[i] {
@@ -226,7 +226,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				if err != nil {
 					return reconcile.Result{}, err
 				}
-				sidecar = r.Egress.Sidecar(cfg)
+				podEgress = r.Egress.PodEgress(cfg)
 			}
 		}
 		tmpl, problem := r.replicaTemplate(bs, pool, i)
@@ -234,7 +234,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			failure = problem
 			continue
 		}
-		pod := buildPod(bs, tmpl, i, r.ExecdImage, clientCA, sidecar)
+		pod := buildPod(bs, tmpl, i, r.ExecdImage, clientCA, podEgress)
 		err = r.Client.Create(ctx, pod)
 		switch {
 		case err == nil:
@@ -270,7 +270,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, taskErr
 	}
 	if egressErr != nil {
-		// The workqueue's backoff retries it (a pod whose sidecar is not up yet); the expiry
+		// The workqueue's backoff retries it (a pod whose node agent has not answered yet); the expiry
 		// deadline is computed again then.
 		return reconcile.Result{}, egressErr
 	}

@@ -66,9 +66,9 @@ func IdleConfig() egressapi.Config {
 	return cfg
 }
 
-// Sidecar is how sandboxpod.Inject makes a pod wait for cfg (its policy at start) to be in
+// PodEgress is how sandboxpod.Inject makes a pod wait for cfg (its policy at start) to be in
 // force; nil when e is nil.
-func (e *Enforcer) Sidecar(cfg egressapi.Config) *sandboxpod.Egress {
+func (e *Enforcer) PodEgress(cfg egressapi.Config) *sandboxpod.Egress {
 	if e == nil {
 		return nil
 	}

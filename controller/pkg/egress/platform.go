@@ -1,5 +1,5 @@
 // Package egress gives every sandbox pod the outbound policy it must enforce: it reads the
-// platform's policy (the kube-the node agent (sandbox-node) ConfigMap), composes it with a sandbox's own or its
+// platform's policy (the kube-sandbox-egress ConfigMap), composes it with a sandbox's own or its
 // pool's policy into the egressapi.Config that the pod's node agent applies, and pushes
 // that Config to the pod over mTLS.
 package egress
@@ -22,7 +22,7 @@ import (
 )
 
 // DefaultConfigMap is the platform policy's ConfigMap, in the controller's namespace.
-const DefaultConfigMap = "kube-the node agent (sandbox-node)"
+const DefaultConfigMap = "kube-sandbox-egress"
 
 // Keys of the ConfigMap. Each holds a YAML document.
 const (

@@ -1,10 +1,14 @@
 package egress
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
@@ -99,4 +103,24 @@ func TestConfigFor(t *testing.T) {
 			t.Error("same revision for different policies")
 		}
 	})
+}
+
+// TestDefaultConfigMapIsShipped: the ConfigMap the controller reads by default is the one the
+// manifests install; a controller reading another name would enforce the built-in deny-all
+// and ignore every change of the platform's policy.
+func TestDefaultConfigMapIsShipped(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "artifacts", "base", "egress-policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	if err := yaml.Unmarshal(data, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Kind != "ConfigMap" || cm.Name != DefaultConfigMap {
+		t.Fatalf("artifacts/base/egress-policy.yaml installs %s %q, the controller reads ConfigMap %q", cm.Kind, cm.Name, DefaultConfigMap)
+	}
+	if _, err := ParsePlatform(cm.Data); err != nil {
+		t.Errorf("the shipped platform policy does not parse: %v", err)
+	}
 }

@@ -14,7 +14,7 @@ const poolReadinessPeriodSeconds = 10
 // buildPod makes an idle pod of the pool: the template with execd installed, trusting clientCA,
 // belonging to no sandbox until one claims it. The name is generated: pool pods are
 // interchangeable until allocated.
-func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA []byte, sidecar *sandboxpod.Egress) *corev1.Pod {
+func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA []byte, podEgress *sandboxpod.Egress) *corev1.Pod {
 	tmpl := pool.Spec.Template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -40,7 +40,7 @@ func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA 
 	pod.Labels[controlv1alpha1.LabelPool] = pool.Name
 	pod.Labels[controlv1alpha1.LabelPoolRevision] = revision
 	pod.Labels[controlv1alpha1.LabelManagedBy] = controlv1alpha1.ManagedByController
-	sandboxpod.LabelEgress(pod.Labels, sidecar)
+	sandboxpod.LabelEgress(pod.Labels, podEgress)
 	sandboxpod.Inject(&pod.Spec, sandboxpod.Options{
 		ExecdImage: execdImage,
 		ClientCA:   clientCA,
@@ -49,7 +49,7 @@ func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA 
 		// node a good part of a CPU.
 		ReadinessPeriodSeconds: poolReadinessPeriodSeconds,
 		// Deny-all until a sandbox's claim brings its policy.
-		Egress: sidecar,
+		Egress: podEgress,
 	})
 	return pod
 }

@@ -59,8 +59,8 @@ type Reconciler struct {
 	RefillDelay time.Duration
 	// MaxStarting: see DefaultMaxStarting; 0: the default.
 	MaxStarting int32
-	// Egress adds the node agent (sandbox-node) to the pool's pods, denying everything until a claim; nil:
-	// none (tests whose simulated nodes run no sidecars).
+	// Egress marks the pool's pods for the node agent (sandbox-node), which denies them everything
+	// until a claim; nil: none (tests whose simulated nodes run no node agent).
 	Egress *egress.Enforcer
 	// Clock; nil: the real clock.
 	Clock clock.PassiveClock
@@ -132,7 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	created, err := slowStartBatch(int(p.create), func() error {
-		pod := buildPod(pool, obs.revision, r.ExecdImage, clientCA, r.Egress.Sidecar(egress.IdleConfig()))
+		pod := buildPod(pool, obs.revision, r.ExecdImage, clientCA, r.Egress.PodEgress(egress.IdleConfig()))
 		if err := r.Client.Create(ctx, pod); err != nil {
 			return err
 		}
