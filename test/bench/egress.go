@@ -67,7 +67,7 @@ func durations(s []float64) []time.Duration {
 	return out
 }
 
-// egress measures what sandbox-egress costs on the data path: from a sandbox whose policy
+// egress measures what egress enforcement (the node agent's filter and DNS proxy) costs on the data path: from a sandbox whose policy
 // allows an outside host, against a plain pod of the same image (no sidecar, no filter) on the
 // same node, to the same host, in this run. The DNS rows compare the sandbox's lookups (any
 // resolver it asks: the proxy answers, after asking the upstream) with the plain pod asking
@@ -151,7 +151,7 @@ func (b *bench) egress(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("in the plain pod: %w", err)
 	}
-	fmt.Printf("\n## Egress\n\nA sandbox whose policy allows an outside host (a network namespace behind the node) against a plain pod of the same image without sandbox-egress, to the same host, %d runs each.\n\n", *egressRuns)
+	fmt.Printf("\n## Egress\n\nA sandbox whose policy allows an outside host (a network namespace behind the node) against a plain pod of the same image that no policy filters, to the same host, %d runs each.\n\n", *egressRuns)
 	fmt.Println("| measurement | sandbox (egress) | plain pod | ratio (ours/theirs) |")
 	fmt.Println("|---|---|---|---|")
 	for _, q := range []float64{0.5, 0.99} {

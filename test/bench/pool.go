@@ -108,7 +108,7 @@ func (b *bench) pools(ctx context.Context) error {
 	if err := pb.waitPoolFull(ctx); err != nil {
 		return err
 	}
-	// The same with a policy of the sandbox's own: pushed to the pod's sandbox-egress before
+	// The same with a policy of the sandbox's own: pushed to the pod's node agent before
 	// the claim. The rows above use the platform's default (also pushed, but smaller).
 	pb.policy = benchPolicy()
 	withPolicy, _, names, err := pb.warm(ctx, "pol", 1)
