@@ -67,9 +67,9 @@ func durations(s []float64) []time.Duration {
 	return out
 }
 
-// egress measures what egress enforcement (the node agent's filter and DNS proxy) costs on the data path: from a sandbox whose policy
-// allows an outside host, against a plain pod of the same image (no sidecar, no filter) on the
-// same node, to the same host, in this run. The DNS rows compare the sandbox's lookups (any
+// egress measures what egress enforcement (the node agent's filter and DNS proxy) costs on the
+// data path: from a sandbox whose policy allows an outside host, against a plain pod of the
+// same image (without the node agent's label: no filter) on the same node, to the same host, in this run. The DNS rows compare the sandbox's lookups (any
 // resolver it asks: the proxy answers, after asking the upstream) with the plain pod asking
 // that upstream itself.
 func (b *bench) egress(ctx context.Context) error {
