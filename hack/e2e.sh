@@ -27,7 +27,7 @@ make -s build
 log "go test ./test/e2e"
 set +e
 KUBECONFIG=$ADMIN_KUBECONFIG KUBE_SANDBOX_BIN=$BIN SANDBOX_IMAGE_PYTHON=$SANDBOX_IMAGE_PYTHON \
-	go test -tags e2e -count=1 -timeout 20m -v ./test/e2e/... 2>&1 | tee "$OUT/e2e.log"
+	go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/... 2>&1 | tee "$OUT/e2e.log"
 rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" = 0 ] || die "end-to-end tests failed (log: $OUT/e2e.log)"
