@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
@@ -17,81 +16,22 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/netnstest"
 )
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: runs in fresh network namespaces")
-	}
-}
+func requireRoot(t *testing.T) { netnstest.RequireRoot(t) }
 
-// newNS makes a fresh network namespace with its loopback up, and leaves the calling thread
-// where it was. Nothing is mounted in /run/netns: the handle keeps the namespace alive, and
-// closing it (at cleanup) frees it.
-func newNS(t *testing.T) netns.NsHandle {
-	t.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("get namespace: %v", err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("new namespace: %v", err)
-	}
-	if err := netns.Set(orig); err != nil {
-		// Stay locked: the goroutine ends (Fatal) and the runtime discards its thread, which is
-		// in the wrong namespace.
-		t.Fatalf("back to the original namespace: %v", err)
-	}
-	runtime.UnlockOSThread()
-	t.Cleanup(func() { ns.Close() })
-
-	h := handle(t, ns)
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		t.Fatalf("lo: %v", err)
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		t.Fatalf("lo up: %v", err)
-	}
-	return ns
-}
+func newNS(t *testing.T) netns.NsHandle { return netnstest.New(t) }
 
 // nsPath is a path that opens ns, as long as the test's process has it open.
 func nsPath(ns netns.NsHandle) string {
 	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), int(ns))
 }
 
-// inNS runs fn on an OS thread switched into ns. The goroutine ends with its thread locked,
-// so the runtime throws the thread away instead of letting other goroutines run in ns.
-func inNS(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("enter namespace: %w", err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
+func inNS(ns netns.NsHandle, fn func() error) error { return netnstest.In(ns, fn) }
 
-// handle is a netlink handle in ns, closed at cleanup.
-func handle(t *testing.T, ns netns.NsHandle) *netlink.Handle {
-	t.Helper()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatalf("netlink handle: %v", err)
-	}
-	t.Cleanup(h.Close)
-	return h
-}
+func handle(t *testing.T, ns netns.NsHandle) *netlink.Handle { return netnstest.Handle(t, ns) }
 
 func link(t *testing.T, h *netlink.Handle, name string) netlink.Link {
 	t.Helper()
