@@ -14,7 +14,7 @@ import (
 
 // runningTask starts, in the private containerd, a container whose task sleeps: busybox in a
 // root of its own, under runc.
-func runningTask(ctx context.Context, t *testing.T, client *containerd.Client, id string) (containerd.Container, containerd.Task) {
+func runningTask(ctx context.Context, t *testing.T, client *containerd.Client, id string, labels map[string]string) (containerd.Container, containerd.Task) {
 	t.Helper()
 	busybox, err := os.ReadFile("/bin/busybox")
 	if err != nil {
@@ -27,7 +27,7 @@ func runningTask(ctx context.Context, t *testing.T, client *containerd.Client, i
 	if err := os.WriteFile(filepath.Join(root, "busybox"), busybox, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cont, err := client.NewContainer(ctx, id, containerd.WithRuntime("io.containerd.runc.v2", nil),
+	cont, err := client.NewContainer(ctx, id, containerd.WithRuntime("io.containerd.runc.v2", nil), containerd.WithContainerLabels(labels),
 		containerd.WithNewSpec(oci.WithRootFSPath(root), oci.WithProcessArgs("/busybox", "sleep", "600")))
 	if err != nil {
 		t.Fatal(err)
@@ -59,13 +59,14 @@ func statusOf(ctx context.Context, t *testing.T, task containerd.Task) container
 // TestFreezeAndThawLeftovers: a snapshot freezes the container's task and marks it; thawing
 // resumes and unmarks it; and a freeze whose agent died before the thaw (the mark left on a
 // paused task) is undone by the next agent's ThawLeftovers, which leaves every other
-// container, paused by someone else or running, as it is.
+// container, paused by someone else, running, or a pod's sandbox container labelled by its pod,
+// as it is.
 func TestFreezeAndThawLeftovers(t *testing.T) {
 	client := privateContainerd(t)
 	ctx := namespaces.WithNamespace(t.Context(), testNamespace)
 	c := NewCommitter(client, testNamespace, nil)
 
-	cont, task := runningTask(ctx, t, client, "sandbox")
+	cont, task := runningTask(ctx, t, client, "sandbox", criLabels("uid-1", "ns", "pod", "sandbox"))
 	thaw, err := c.freeze(ctx, &Container{ID: cont.ID()})
 	if err != nil {
 		t.Fatal(err)
@@ -88,11 +89,17 @@ func TestFreezeAndThawLeftovers(t *testing.T) {
 	if _, err := c.freeze(ctx, &Container{ID: cont.ID()}); err != nil {
 		t.Fatal(err)
 	}
-	_, otherTask := runningTask(ctx, t, client, "paused-by-someone-else")
+	_, otherTask := runningTask(ctx, t, client, "paused-by-someone-else", criLabels("uid-2", "ns", "other", "sandbox"))
 	if err := otherTask.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, runningOne := runningTask(ctx, t, client, "running")
+	_, runningOne := runningTask(ctx, t, client, "running", criLabels("uid-3", "ns", "running", "sandbox"))
+	// A pod's own labels land on its CRI sandbox (pause) container: one that says it is frozen
+	// is not ours to thaw.
+	_, forged := runningTask(ctx, t, client, "forged", map[string]string{labelCRIKind: "sandbox", FrozenLabel: "set by a pod label"})
+	if err := forged.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	n, err := NewCommitter(client, testNamespace, nil).ThawLeftovers(t.Context())
 	if err != nil {
@@ -109,6 +116,9 @@ func TestFreezeAndThawLeftovers(t *testing.T) {
 	}
 	if s := statusOf(ctx, t, otherTask); s != containerd.Paused {
 		t.Errorf("a container paused by someone else: %s, want it left paused", s)
+	}
+	if s := statusOf(ctx, t, forged); s != containerd.Paused {
+		t.Errorf("a pod sandbox container labelled frozen by its pod: %s, want it left paused", s)
 	}
 	if s := statusOf(ctx, t, runningOne); s != containerd.Running {
 		t.Errorf("a running container: %s", s)

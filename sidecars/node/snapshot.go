@@ -297,7 +297,9 @@ func (c *Committer) unmark(ctx context.Context, cont containerd.Container) {
 // only unmarked.
 func (c *Committer) ThawLeftovers(ctx context.Context) (int, error) {
 	ctx = namespaces.WithNamespace(ctx, c.namespace)
-	list, err := c.client.Containers(ctx, fmt.Sprintf("labels.%q", FrozenLabel))
+	// Only the CRI's containers: their labels are the kubelet's and ours. A pod's own labels
+	// land on its sandbox (pause) container, where a user could set FrozenLabel.
+	list, err := c.client.Containers(ctx, fmt.Sprintf("labels.%q,labels.%q==%s", FrozenLabel, labelCRIKind, criKindContainer))
 	if err != nil {
 		return 0, fmt.Errorf("list frozen containers: %w", err)
 	}
