@@ -29,6 +29,14 @@ cm=$(kubectl kustomize artifacts/cert-manager 2>/dev/null || true)
 grep -q -- '- --manage-pki=false' <<<"$cm" && ! grep -q -- '--manage-pki=true' <<<"$cm" &&
 	grep -q 'cert-manager.io/inject-ca-from: kube-sandbox-system/sandbox-apiserver-tls' <<<"$cm" ||
 	{ echo "artifacts/cert-manager no longer turns off the controller's PKI or injects the APIService's caBundle"; fail=1; }
+# The gVisor-default component, on the base, gives both components the same flag.
+mkdir -p "$ROOT/_output"
+gv=$(mktemp -d "$ROOT/_output/verify-gvisor.XXXXXX")
+printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s]\n' \
+	"$(realpath --relative-to="$gv" "$ROOT/artifacts/base")" "$(realpath --relative-to="$gv" "$ROOT/artifacts/gvisor-default")" >"$gv/kustomization.yaml"
+[ "$(kubectl kustomize "$gv" 2>/dev/null | grep -c -- '- --default-runtime-class=gvisor')" = 2 ] ||
+	{ echo "artifacts/gvisor-default does not give sandbox-apiserver and sandbox-controller --default-runtime-class=gvisor"; fail=1; }
+rm -rf "$gv"
 
 log "generated code"
 # Regenerate and compare with what was there (committed or not): stale means different.

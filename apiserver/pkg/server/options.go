@@ -50,6 +50,8 @@ type Options struct {
 	// SnapshotRegistry (host:port) holds the snapshots of paused sandboxes: no template may
 	// name an image there.
 	SnapshotRegistry string
+	// DefaultRuntimeClass is the runtime class of sandboxes whose template names none.
+	DefaultRuntimeClass string
 	// PauseStopsExpiry moves a resumed sandbox's expiry forward by the time it was Paused.
 	PauseStopsExpiry bool
 	// PKISecret (NAMESPACE/NAME) holds this server's certificate and the kube-sandbox CA.
@@ -107,6 +109,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"The pod security level (privileged, baseline or restricted, optionally :VERSION) a sandbox's template is held to, or its namespace's pod-security.kubernetes.io/enforce level where that is stricter. A template that needs more, or that uses a service account, a token, a Secret, a ConfigMap or a volume of the namespace, needs its creator to be allowed to create pods in the namespace.")
 	fss.FlagSet("sandboxes").StringVar(&o.SnapshotRegistry, "snapshot-registry", o.SnapshotRegistry,
 		"The registry (host:port) of the snapshots of paused sandboxes, which nodes pull with credentials of their own: a template that names an image there is refused (422), whoever creates it. Keep it equal to sandbox-controller's.")
+	fss.FlagSet("sandboxes").StringVar(&o.DefaultRuntimeClass, "default-runtime-class", o.DefaultRuntimeClass,
+		"The RuntimeClass (like gvisor) a sandbox's template gets when it names none, written into the sandbox when it is created. A template that names another class needs its creator to be allowed to create pods in the namespace (403 otherwise). Empty: the node's default runtime. Keep it equal to sandbox-controller's.")
 	fss.FlagSet("sandboxes").BoolVar(&o.PauseStopsExpiry, "pause-stops-expiry", o.PauseStopsExpiry,
 		"A sandbox's clock stops while it is Paused: resuming it moves its expiry forward by the time it was Paused. false (the default): a paused sandbox keeps its expiry, and expires paused. Keep it equal to sandbox-controller's.")
 	fss.FlagSet("sandboxes").DurationVar(&o.FilesResponseHeaderTimeout, "files-response-header-timeout", o.FilesResponseHeaderTimeout,
@@ -133,6 +137,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := admission.ParseLevel(o.PodSecurityLevel); err != nil {
 		errs = append(errs, fmt.Errorf("--pod-security-level: %w", err))
+	}
+	if err := admission.ValidateRuntimeClassName(o.DefaultRuntimeClass); err != nil {
+		errs = append(errs, fmt.Errorf("--default-runtime-class: %w", err))
 	}
 	if ns, name, ok := strings.Cut(o.PKISecret, "/"); !ok || ns == "" || name == "" {
 		errs = append(errs, fmt.Errorf("--pki-secret %q: want NAMESPACE/NAME", o.PKISecret))
@@ -200,6 +207,7 @@ func (o *Options) Config() (*Config, error) {
 			MaxUploadBytes:             o.MaxUploadBytes,
 			PodSecurityLevel:           level,
 			SnapshotRegistry:           o.SnapshotRegistry,
+			DefaultRuntimeClass:        o.DefaultRuntimeClass,
 			Credentials:                creds,
 			FilesResponseHeaderTimeout: o.FilesResponseHeaderTimeout,
 			ProxyResponseHeaderTimeout: o.ProxyResponseHeaderTimeout,

@@ -41,6 +41,8 @@ type ExtraConfig struct {
 	PodSecurityLevel api.LevelVersion
 	// SnapshotRegistry holds the snapshots of paused sandboxes (admission.Checker's).
 	SnapshotRegistry string
+	// DefaultRuntimeClass is given to templates that name no runtime class (admission.Checker's).
+	DefaultRuntimeClass string
 	// Credentials are what this server presents to execd and trusts of it.
 	Credentials *sandboxconn.Credentials
 	// FilesResponseHeaderTimeout and ProxyResponseHeaderTimeout bound the wait for a
@@ -140,6 +142,7 @@ func (c completedConfig) New() (*SandboxServer, error) {
 		return nil, err
 	}
 	checker.SnapshotRegistry = c.ExtraConfig.SnapshotRegistry
+	checker.RuntimeClass = c.ExtraConfig.DefaultRuntimeClass
 	admitter := &sandboxregistry.Admitter{Checker: checker, Reader: sandboxregistry.CacheFirst{Cache: informers, Direct: backend}, Authorizer: c.GenericConfig.Authorization.Authorizer}
 
 	clk := clock.RealClock{}

@@ -19,6 +19,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
@@ -69,6 +70,11 @@ type Checker struct {
 	// pull with credentials of their own: no template may name an image there, whoever
 	// asks. A sandbox gets its own snapshot back by resuming; "": no such registry.
 	SnapshotRegistry string
+	// RuntimeClass is the platform's default runtime class (like gvisor): templates that name
+	// none run under it (sandboxpod.DefaultRuntimeClass), and one that names another class
+	// needs the right to create pods. "": the node's default runtime, and any class that
+	// CheckEgress allows.
+	RuntimeClass string
 }
 
 // NewChecker returns a Checker for the platform level.
@@ -138,7 +144,9 @@ func (c *Checker) CheckIn(ctx context.Context, reader client.Reader, namespace s
 		return Result{}, err
 	}
 	res := c.Check(ns.Labels, t)
-	ferr, err := CheckEgress(ctx, reader, t.Spec, t.Path)
+	spec := t.Spec.DeepCopy()
+	sandboxpod.DefaultRuntimeClass(spec, c.RuntimeClass)
+	ferr, err := CheckEgress(ctx, reader, spec, t.Path)
 	if err != nil {
 		return Result{}, err
 	}
@@ -225,8 +233,34 @@ func (c *Checker) Check(nsLabels map[string]string, t Template) Result {
 		}
 	}
 	res.NeedsPodRights = append(res.NeedsPodRights, references(t)...)
+	res.NeedsPodRights = append(res.NeedsPodRights, c.otherRuntime(t)...)
 	res.Invalid = append(res.Invalid, c.snapshotImages(t)...)
 	return res
+}
+
+// ValidateRuntimeClassName checks the name of a platform default runtime class: "" (none) or
+// a RuntimeClass's name, which is a DNS subdomain.
+func ValidateRuntimeClassName(name string) error {
+	if name == "" {
+		return nil
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return fmt.Errorf("%q is not the name of a RuntimeClass: %s", name, strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// otherRuntime is a runtime class other than the platform's default: a weaker boundary than
+// the platform gives every sandbox (runc where the default is gvisor), which only a user who
+// may create pods, and so run them under any class, may choose.
+func (c *Checker) otherRuntime(t Template) field.ErrorList {
+	if c.RuntimeClass == "" || t.Spec == nil || t.Spec.RuntimeClassName == nil ||
+		*t.Spec.RuntimeClassName == "" || *t.Spec.RuntimeClassName == c.RuntimeClass {
+		return nil
+	}
+	return field.ErrorList{field.Forbidden(t.Path.Child("runtimeClassName"), fmt.Sprintf(
+		"the platform runs sandboxes under runtime class %s; another one (%s) is for users who may create pods",
+		c.RuntimeClass, *t.Spec.RuntimeClassName))}
 }
 
 // snapshotImages are the template's images in the snapshot registry (SnapshotRegistry).

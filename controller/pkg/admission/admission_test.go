@@ -9,9 +9,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
@@ -290,6 +295,68 @@ func TestSnapshotImages(t *testing.T) {
 		"LOCALHOST:5000/x": "localhost:5000", "Reg.Example:5000/a/b": "reg.example:5000"} {
 		if got := ImageRegistry(image); got != want {
 			t.Errorf("ImageRegistry(%q) = %q, want %q", image, got, want)
+		}
+	}
+}
+
+// TestDefaultRuntimeClass: with a platform runtime class, a template that names none is
+// checked as its pods will run (under the default), and one that names another class needs the
+// right to create pods; without one, any allowed class is anyone's.
+func TestDefaultRuntimeClass(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	reader := fake.NewClientBuilder().WithScheme(s).WithObjects(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}},
+		&nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "gvisor"}, Handler: "runsc"},
+		&nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "runc"}, Handler: "runc"},
+		&nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata"}, Handler: "kata-qemu"},
+	).Build()
+	path := field.NewPath("spec", "template", "spec")
+	tests := []struct {
+		name        string
+		platform    string
+		template    *string
+		wantInvalid []string
+		wantRights  []string
+	}{
+		{name: "no default, no class", platform: ""},
+		{name: "no default, runc", platform: "", template: ptr.To("runc")},
+		{name: "the default for a template naming none", platform: "gvisor"},
+		{name: "the default named", platform: "gvisor", template: ptr.To("gvisor")},
+		{name: "runc where gvisor is the default", platform: "gvisor", template: ptr.To("runc"),
+			wantRights: []string{"spec.template.spec.runtimeClassName"}},
+		{name: "a default outside the allowlist refuses what it would run", platform: "kata",
+			wantInvalid: []string{"spec.template.spec.runtimeClassName"}},
+		{name: "a class outside the allowlist, whoever asks", platform: "gvisor", template: ptr.To("kata"),
+			wantInvalid: []string{"spec.template.spec.runtimeClassName"}, wantRights: []string{"spec.template.spec.runtimeClassName"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := checker(t, "baseline")
+			c.RuntimeClass = tc.platform
+			spec := podSpec()
+			spec.RuntimeClassName = tc.template
+			res, err := c.CheckIn(t.Context(), reader, "team", Template{Spec: spec, Path: path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.wantInvalid, fields(res.Invalid)); diff != "" {
+				t.Errorf("invalid fields (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantRights, fields(res.NeedsPodRights)); diff != "" {
+				t.Errorf("fields that need pod rights (-want +got):\n%s", diff)
+			}
+			if spec.RuntimeClassName != tc.template {
+				t.Errorf("CheckIn changed the template's runtimeClassName to %v", spec.RuntimeClassName)
+			}
+		})
+	}
+}
+
+func TestValidateRuntimeClassName(t *testing.T) {
+	for name, ok := range map[string]bool{"": true, "gvisor": true, "kata.qemu": true, "GVisor": false, "a/b": false} {
+		if err := ValidateRuntimeClassName(name); (err == nil) != ok {
+			t.Errorf("ValidateRuntimeClassName(%q) = %v, want ok %v", name, err, ok)
 		}
 	}
 }

@@ -21,7 +21,7 @@ func podName(bs *controlv1alpha1.BatchSandbox, replica int32) string {
 // shard patch): execd is installed by an init
 // container into an emptyDir and wraps the entrypoint of the first container, so any image
 // works unchanged; it trusts clientCA and serves the sandbox from the start.
-func buildPod(bs *controlv1alpha1.BatchSandbox, tmpl *corev1.PodTemplateSpec, replica int32, execdImage string, clientCA []byte, podEgress *sandboxpod.Egress) *corev1.Pod {
+func buildPod(bs *controlv1alpha1.BatchSandbox, tmpl *corev1.PodTemplateSpec, replica int32, execdImage string, clientCA []byte, podEgress *sandboxpod.Egress, runtimeClass string) *corev1.Pod {
 	tmpl = tmpl.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -42,12 +42,13 @@ func buildPod(bs *controlv1alpha1.BatchSandbox, tmpl *corev1.PodTemplateSpec, re
 	pod.Labels[controlv1alpha1.LabelManagedBy] = controlv1alpha1.ManagedByController
 	sandboxpod.LabelEgress(pod.Labels, podEgress)
 	sandboxpod.Inject(&pod.Spec, sandboxpod.Options{
-		ExecdImage: execdImage,
-		ClientCA:   clientCA,
-		Sandbox:    &sandboxpod.Sandbox{UID: string(bs.UID), Namespace: bs.Namespace, Name: bs.Name},
-		Entrypoint: bs.Spec.Entrypoint,
-		Env:        bs.Spec.Env,
-		Egress:     podEgress,
+		ExecdImage:   execdImage,
+		ClientCA:     clientCA,
+		Sandbox:      &sandboxpod.Sandbox{UID: string(bs.UID), Namespace: bs.Namespace, Name: bs.Name},
+		Entrypoint:   bs.Spec.Entrypoint,
+		Env:          bs.Spec.Env,
+		Egress:       podEgress,
+		RuntimeClass: runtimeClass,
 	})
 	return pod
 }

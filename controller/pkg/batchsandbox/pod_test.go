@@ -317,7 +317,7 @@ func TestBuildPod(t *testing.T) {
 			if tc.want != nil {
 				tc.want(want)
 			}
-			got := buildPod(bs, bs.Spec.Template, tc.replica, testExecdImage, testClientCA, nil)
+			got := buildPod(bs, bs.Spec.Template, tc.replica, testExecdImage, testClientCA, nil, "")
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("buildPod() mismatch (-want +got):\n%s", diff)
 			}
@@ -376,8 +376,8 @@ func TestBuildPodDoesNotMutateBatchSandbox(t *testing.T) {
 			}
 			before := bs.DeepCopy()
 
-			p0 := buildPod(bs, bs.Spec.Template, 0, testExecdImage, testClientCA, nil)
-			p1 := buildPod(bs, bs.Spec.Template, 1, testExecdImage, testClientCA, nil)
+			p0 := buildPod(bs, bs.Spec.Template, 0, testExecdImage, testClientCA, nil, "")
+			p1 := buildPod(bs, bs.Spec.Template, 1, testExecdImage, testClientCA, nil, "")
 			if diff := cmp.Diff(before, bs); diff != "" {
 				t.Fatalf("buildPod() changed the BatchSandbox (-before +after):\n%s", diff)
 			}

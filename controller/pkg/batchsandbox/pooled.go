@@ -233,7 +233,7 @@ func (r *Reconciler) idlePods(ctx context.Context, bs *controlv1alpha1.BatchSand
 		ctrl.MatchingLabels{controlv1alpha1.LabelPool: pool.Name}, ctrl.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list pool pods: %w", err)
 	}
-	revision := sandboxpod.PoolRevision(pool)
+	revision := sandboxpod.PoolRevision(pool, r.RuntimeClass)
 	var out []*corev1.Pod
 	for i := range list.Items {
 		p := &list.Items[i]

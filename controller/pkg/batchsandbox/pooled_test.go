@@ -77,7 +77,7 @@ func testPool() *controlv1alpha1.Pool {
 // current revision. age orders pods (older first among equals).
 func idlePod(name string, current, ready bool, age time.Duration) *corev1.Pod {
 	pool := testPool()
-	rev := sandboxpod.PoolRevision(pool)
+	rev := sandboxpod.PoolRevision(pool, "")
 	if !current {
 		rev = "old"
 	}

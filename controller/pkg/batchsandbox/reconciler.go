@@ -45,6 +45,10 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// ExecdImage is the image whose /usr/local/bin/sandbox-execd the init container copies.
 	ExecdImage string
+	// RuntimeClass is the platform's default runtime class, for templates that name none
+	// (sandboxpod.DefaultRuntimeClass), and for the revisions of pools; "": the node's
+	// default runtime.
+	RuntimeClass string
 	// Clock tells the time for expiry; nil: the real clock.
 	Clock clock.PassiveClock
 	// Authority is the kube-sandbox CA: execd in every pod trusts its bundle.
@@ -234,7 +238,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			failure = problem
 			continue
 		}
-		pod := buildPod(bs, tmpl, i, r.ExecdImage, clientCA, podEgress)
+		pod := buildPod(bs, tmpl, i, r.ExecdImage, clientCA, podEgress, r.RuntimeClass)
 		err = r.Client.Create(ctx, pod)
 		switch {
 		case err == nil:

@@ -64,6 +64,8 @@ type Options struct {
 	PoolMaxStarting int32
 	// PodSecurityLevel is the platform's pod security level, for pool templates.
 	PodSecurityLevel string
+	// DefaultRuntimeClass is the runtime class of sandbox pods whose template names none.
+	DefaultRuntimeClass string
 	// PKI: where the kube-sandbox CA and sandbox-apiserver's certificate live, and whether the
 	// controller makes and rotates them (else cert-manager or an administrator does).
 	PKINamespace        string
@@ -154,6 +156,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PoolRefillDelay, "pool-refill-delay", o.PoolRefillDelay, "A pool replaces the pods it gave away only after this long without an allocation (unless sandboxes wait for pods), so refills never slow a burst of allocations down.")
 	fs.Int32Var(&o.PoolMaxStarting, "pool-max-starting", o.PoolMaxStarting, "Most idle pods of one pool starting at once.")
 	fs.StringVar(&o.PodSecurityLevel, "pod-security-level", o.PodSecurityLevel, "The platform's pod security level (privileged, baseline or restricted, optionally :VERSION) for the templates of Pools with podSecurity Platform; a namespace's pod-security.kubernetes.io/enforce level applies where it is stricter. Keep it equal to sandbox-apiserver's.")
+	fs.StringVar(&o.DefaultRuntimeClass, "default-runtime-class", o.DefaultRuntimeClass, "RuntimeClass (like gvisor) of the pods of every sandbox and Pool whose template names none; a Pool with podSecurity Platform that names another is refused (TemplateRefused), as is, at sandbox-apiserver, a sandbox whose creator may not create pods. Empty: the node's default runtime. Keep it equal to sandbox-apiserver's.")
 	fs.StringVar(&o.PKINamespace, "pki-namespace", o.PKINamespace, "Namespace of the kube-sandbox CA and sandbox-apiserver's certificate Secrets (default: $POD_NAMESPACE, else kube-sandbox-system). The controller reads no Secrets elsewhere.")
 	fs.BoolVar(&o.ManagePKI, "manage-pki", o.ManagePKI, "Make and rotate the kube-sandbox CA, issue sandbox-apiserver's certificate and set the APIService's caBundle. false: cert-manager (or an administrator) provides the CA Secret and sandbox-apiserver's Secret, and the controller only reads the CA.")
 	fs.StringVar(&o.CASecret, "ca-secret", o.CASecret, "Secret (in --pki-namespace) of the kube-sandbox CA: tls.crt and tls.key.")
@@ -184,6 +187,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := admission.ParseLevel(o.PodSecurityLevel); err != nil {
 		return fmt.Errorf("--pod-security-level: %w", err)
+	}
+	if err := admission.ValidateRuntimeClassName(o.DefaultRuntimeClass); err != nil {
+		return fmt.Errorf("--default-runtime-class: %w", err)
 	}
 	if o.PKINamespace == "" || o.CASecret == "" || o.ManagePKI && (o.APIServerSecret == "" || o.APIServerService == "") {
 		return errors.New("--pki-namespace, --ca-secret, and with --manage-pki --apiserver-secret and --apiserver-service, must not be empty")
@@ -267,6 +273,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	checker.SnapshotRegistry = o.SnapshotRegistry
+	checker.RuntimeClass = o.DefaultRuntimeClass
 	authority := pki.NewAuthority(nil)
 	if err := (&pki.Reconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Authority: authority, Namespace: o.PKINamespace,
@@ -321,6 +328,7 @@ func (o *Options) Run(ctx context.Context) error {
 		PauseStopsExpiry: o.PauseStopsExpiry,
 		Recorder:         recorder,
 		ExecdImage:       o.ExecdImage,
+		RuntimeClass:     o.DefaultRuntimeClass,
 		Authority:        authority,
 		Certifier:        certifier,
 		Egress:           enforcer,
@@ -329,14 +337,15 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("set up batchsandbox controller: %w", err)
 	}
 	if err := (&pool.Reconciler{
-		Client:      mgr.GetClient(),
-		Recorder:    recorder,
-		ExecdImage:  o.ExecdImage,
-		Authority:   authority,
-		Checker:     checker,
-		RefillDelay: o.PoolRefillDelay,
-		MaxStarting: o.PoolMaxStarting,
-		Egress:      enforcer,
+		Client:       mgr.GetClient(),
+		Recorder:     recorder,
+		ExecdImage:   o.ExecdImage,
+		RuntimeClass: o.DefaultRuntimeClass,
+		Authority:    authority,
+		Checker:      checker,
+		RefillDelay:  o.PoolRefillDelay,
+		MaxStarting:  o.PoolMaxStarting,
+		Egress:       enforcer,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pool controller: %w", err)
 	}
@@ -346,7 +355,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	klog.InfoS("starting sandbox-controller", "execdImage", o.ExecdImage, "podSecurityLevel", level.String(),
+	klog.InfoS("starting sandbox-controller", "execdImage", o.ExecdImage, "podSecurityLevel", level.String(), "defaultRuntimeClass", o.DefaultRuntimeClass,
 		"pkiNamespace", o.PKINamespace, "managePKI", o.ManagePKI)
 	return mgr.Start(ctx)
 }

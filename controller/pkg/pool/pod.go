@@ -12,9 +12,10 @@ import (
 const poolReadinessPeriodSeconds = 10
 
 // buildPod makes an idle pod of the pool: the template with execd installed, trusting clientCA,
-// belonging to no sandbox until one claims it. The name is generated: pool pods are
+// belonging to no sandbox until one claims it, under runtimeClass (the platform's default) if
+// the template names none. The name is generated: pool pods are
 // interchangeable until allocated.
-func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA []byte, podEgress *sandboxpod.Egress) *corev1.Pod {
+func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA []byte, podEgress *sandboxpod.Egress, runtimeClass string) *corev1.Pod {
 	tmpl := pool.Spec.Template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -49,7 +50,8 @@ func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA 
 		// node a good part of a CPU.
 		ReadinessPeriodSeconds: poolReadinessPeriodSeconds,
 		// Deny-all until a sandbox's claim brings its policy.
-		Egress: podEgress,
+		Egress:       podEgress,
+		RuntimeClass: runtimeClass,
 	})
 	return pod
 }

@@ -21,7 +21,7 @@ func TestBuildPod(t *testing.T) {
 			controlv1alpha1.LabelPodSecurity: "Platform"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "python", Command: []string{"sleep", "infinity"}}}},
 	}
-	pod := buildPod(pool, "rev1", "kube-sandbox:v1", []byte("the CA"), nil)
+	pod := buildPod(pool, "rev1", "kube-sandbox:v1", []byte("the CA"), nil, "")
 
 	if pod.GenerateName != "py-" || pod.Name != "" || pod.Namespace != "ns" {
 		t.Errorf("name %q generateName %q namespace %q", pod.Name, pod.GenerateName, pod.Namespace)
@@ -40,7 +40,7 @@ func TestBuildPod(t *testing.T) {
 	}
 	// A pod of the namespace's level says so, whatever the pool says later.
 	pool.Spec.PodSecurity = controlv1alpha1.PodSecurityNamespace
-	if got := buildPod(pool, "rev1", "kube-sandbox:v1", nil, nil).Labels[controlv1alpha1.LabelPodSecurity]; got != "Namespace" {
+	if got := buildPod(pool, "rev1", "kube-sandbox:v1", nil, nil, "").Labels[controlv1alpha1.LabelPodSecurity]; got != "Namespace" {
 		t.Errorf("a pod of a podSecurity: Namespace pool is labelled %q, want Namespace", got)
 	}
 	c := pod.Spec.Containers[0]

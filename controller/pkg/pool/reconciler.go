@@ -55,6 +55,9 @@ type Reconciler struct {
 	// Checker holds templates to the platform's pod security level (spec.podSecurity
 	// Platform); nil: templates are not checked (tests).
 	Checker *admission.Checker
+	// RuntimeClass is the platform's default runtime class, for templates that name none
+	// (sandboxpod.DefaultRuntimeClass); "": the node's default runtime.
+	RuntimeClass string
 	// RefillDelay: see DefaultRefillDelay; 0: the default.
 	RefillDelay time.Duration
 	// MaxStarting: see DefaultMaxStarting; 0: the default.
@@ -93,7 +96,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if len(pool.Spec.Template.Spec.Containers) == 0 {
 		// The CRD refuses this; an object written before that rule existed gets a condition.
-		_, err := r.updateStatus(ctx, pool, &observed{revision: sandboxpod.PoolRevision(pool)},
+		_, err := r.updateStatus(ctx, pool, &observed{revision: sandboxpod.PoolRevision(pool, r.RuntimeClass)},
 			&sandboxpod.Problem{Reason: controlv1alpha1.ReasonInvalidTemplate, Message: "spec.template has no containers"}, false)
 		return reconcile.Result{}, err
 	}
@@ -132,7 +135,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	created, err := slowStartBatch(int(p.create), func() error {
-		pod := buildPod(pool, obs.revision, r.ExecdImage, clientCA, r.Egress.PodEgress(egress.IdleConfig()))
+		pod := buildPod(pool, obs.revision, r.ExecdImage, clientCA, r.Egress.PodEgress(egress.IdleConfig()), r.RuntimeClass)
 		if err := r.Client.Create(ctx, pod); err != nil {
 			return err
 		}
@@ -199,7 +202,10 @@ func slowStartBatch(n int, create func() error) (int, error) {
 // for the status: the pool then makes no pods, and gives away none of those it holds.
 func (r *Reconciler) admit(ctx context.Context, pool *controlv1alpha1.Pool) (*sandboxpod.Problem, error) {
 	if r.Egress != nil {
-		ferr, err := admission.CheckEgress(ctx, r.Client, &pool.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
+		// As the pods will be: under the platform's runtime class if the template names none.
+		spec := pool.Spec.Template.Spec.DeepCopy()
+		sandboxpod.DefaultRuntimeClass(spec, r.RuntimeClass)
+		ferr, err := admission.CheckEgress(ctx, r.Client, spec, field.NewPath("spec", "template", "spec"))
 		if err != nil {
 			return nil, err
 		}
@@ -295,7 +301,7 @@ func (r *Reconciler) observe(ctx context.Context, pool *controlv1alpha1.Pool) (*
 		return nil, fmt.Errorf("list pool pods: %w", err)
 	}
 	pendingCreates, deleting := r.expectations.observe(client.ObjectKeyFromObject(pool), list.Items)
-	obs := &observed{revision: sandboxpod.PoolRevision(pool), pendingCreates: int32(pendingCreates)}
+	obs := &observed{revision: sandboxpod.PoolRevision(pool, r.RuntimeClass), pendingCreates: int32(pendingCreates)}
 	allocatedTo := map[string]int32{}
 	for i := range list.Items {
 		p := &list.Items[i]

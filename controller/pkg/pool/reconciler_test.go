@@ -158,7 +158,7 @@ func TestReconcileHoldsTemplatesToPodSecurity(t *testing.T) {
 			pool.Spec.Template = privileged
 			pool.Spec.PodSecurity = tc.podSecurity
 			// An idle pod made before (an older controller, or a namespace level since changed).
-			idle := buildPod(pool, "old", "kube-sandbox:v1", nil, nil)
+			idle := buildPod(pool, "old", "kube-sandbox:v1", nil, nil, "")
 			idle.Name = "py-old"
 			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: tc.nsLabels}}
 			r, c := newReconciler(t, clocktesting.NewFakeClock(time.Now()), pool, ns, idle)

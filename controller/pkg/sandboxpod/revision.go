@@ -15,8 +15,10 @@ import (
 // ReplicaSets). Equal pools have equal revisions whichever process computes them, so the
 // controller of sandboxes and that of pools agree on which pods are current; a controller that
 // wires pods differently replaces its predecessor's idle pods, and so does a pool whose
-// podSecurity changed.
-func PoolRevision(pool *controlv1alpha1.Pool) string {
+// podSecurity changed. runtimeClass is the platform's default (DefaultRuntimeClass): when the
+// template names no class, a change of the default replaces the idle pods made under the old
+// one; "" leaves the revisions of pools as they were before the platform had a default.
+func PoolRevision(pool *controlv1alpha1.Pool, runtimeClass string) string {
 	data, err := json.Marshal(&pool.Spec.Template)
 	if err != nil {
 		// A PodTemplateSpec always marshals; be safe anyway.
@@ -26,5 +28,8 @@ func PoolRevision(pool *controlv1alpha1.Pool) string {
 	_, _ = h.Write([]byte(InjectionVersion))
 	_, _ = h.Write([]byte(pool.Spec.PodSecurity))
 	_, _ = h.Write(data)
+	if rc := pool.Spec.Template.Spec.RuntimeClassName; runtimeClass != "" && (rc == nil || *rc == "") {
+		_, _ = h.Write([]byte("\x00runtimeClass=" + runtimeClass))
+	}
 	return rand.SafeEncodeString(strconv.FormatUint(uint64(h.Sum32()), 10))
 }

@@ -56,6 +56,18 @@ type Options struct {
 	// Egress, if set, makes the pod's first init container wait until the node agent
 	// (sandbox-node) has the pod's egress filter in force, before anything of the sandbox runs.
 	Egress *Egress
+	// RuntimeClass is the platform's default runtime class (DefaultRuntimeClass), for a
+	// template that names none; "": the node's default runtime.
+	RuntimeClass string
+}
+
+// DefaultRuntimeClass gives spec the platform's default runtime class (like gvisor) when it
+// names none; name "" leaves it to the node's default runtime (runc). A template that names a
+// class keeps it: the admission of templates (package admission) decides who may.
+func DefaultRuntimeClass(spec *corev1.PodSpec, name string) {
+	if name != "" && (spec.RuntimeClassName == nil || *spec.RuntimeClassName == "") {
+		spec.RuntimeClassName = ptr.To(name)
+	}
 }
 
 // Egress says what a pod's egress filter starts with.
@@ -136,11 +148,13 @@ func hardenContainer(c *corev1.Container) {
 
 // Inject installs execd into spec (a copy the caller owns): an init container copies the
 // static binary into an emptyDir, and the first container runs under it, so any image works
-// unchanged. It hardens the pod (Harden), and gives execd its identity: the projected token
+// unchanged. It hardens the pod (Harden), gives it the platform's runtime class if it names
+// none (DefaultRuntimeClass), and gives execd its identity: the projected token
 // that proves which pod it runs in, a small state volume that keeps its key, and the CA whose
 // clients it accepts.
 func Inject(spec *corev1.PodSpec, o Options) {
 	Harden(spec)
+	DefaultRuntimeClass(spec, o.RuntimeClass)
 	if spec.TerminationGracePeriodSeconds == nil {
 		spec.TerminationGracePeriodSeconds = ptr.To(DefaultTerminationGracePeriod)
 	}

@@ -4,8 +4,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
@@ -106,5 +108,27 @@ func TestSlim(t *testing.T) {
 	}
 	if ns, _ := Slim(&corev1.Namespace{}); ns == nil {
 		t.Error("an object that is not a pod was dropped")
+	}
+}
+
+func TestDefaultRuntimeClass(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		template *string
+		platform string
+		want     *string
+	}{
+		{"no default leaves the node's runtime", nil, "", nil},
+		{"the default for a template naming none", nil, "gvisor", ptr.To("gvisor")},
+		{"an empty name is none", ptr.To(""), "gvisor", ptr.To("gvisor")},
+		{"a template's own class stays", ptr.To("runc"), "gvisor", ptr.To("runc")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := &corev1.PodSpec{RuntimeClassName: tt.template, Containers: []corev1.Container{{Name: "sandbox", Image: "python"}}}
+			Inject(spec, Options{ExecdImage: "kube-sandbox:v1", RuntimeClass: tt.platform})
+			if diff := cmp.Diff(tt.want, spec.RuntimeClassName); diff != "" {
+				t.Errorf("runtimeClassName (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

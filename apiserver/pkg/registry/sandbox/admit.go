@@ -18,6 +18,7 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/shard"
 )
 
@@ -56,6 +57,9 @@ func (a *Admitter) Admit(ctx context.Context, sbx *sandboxv1alpha1.Sandbox) erro
 	}
 	switch {
 	case sbx.Spec.Template != nil:
+		// The platform's runtime class, written into the sandbox: it says what its pods run
+		// under, and keeps it if the platform's default changes later.
+		sandboxpod.DefaultRuntimeClass(&sbx.Spec.Template.Spec, a.Checker.RuntimeClass)
 		spec := field.NewPath("spec")
 		res, err := a.Checker.CheckIn(ctx, a.Reader, sbx.Namespace, admission.Template{
 			Meta: &sbx.Spec.Template.ObjectMeta, Spec: &sbx.Spec.Template.Spec, Path: spec.Child("template", "spec"),

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -187,5 +188,49 @@ func TestAdmitCacheMiss(t *testing.T) {
 	gone.Namespace = "gone"
 	if err := a.Admit(ctx, gone); !apierrors.IsNotFound(err) {
 		t.Errorf("a namespace that exists nowhere: Admit() = %v, want NotFound", err)
+	}
+}
+
+// TestAdmitDefaultRuntimeClass: with a platform runtime class, a sandbox whose template names
+// none is stored under it, and another class is for users who may create pods (and makes the
+// sandbox theirs, as any template beyond a sandbox's does).
+func TestAdmitDefaultRuntimeClass(t *testing.T) {
+	a := testAdmitter(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "open"}},
+		&nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "gvisor"}, Handler: "runsc"},
+		&nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "runc"}, Handler: "runc"})
+	a.Checker.RuntimeClass = "gvisor"
+	direct := func(rc *string) *sandboxv1alpha1.Sandbox {
+		return &sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "open"}, Spec: sandboxv1alpha1.SandboxSpec{
+			Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{RuntimeClassName: rc, Containers: []corev1.Container{{Name: "sandbox", Image: "python"}}}}}}
+	}
+	as := func(name string) context.Context {
+		return genericapirequest.WithUser(t.Context(), &user.DefaultInfo{Name: name})
+	}
+
+	sbx := direct(nil)
+	if err := a.Admit(as("alice"), sbx); err != nil {
+		t.Fatalf("a template naming no class: %v", err)
+	}
+	if got := ptr.Deref(sbx.Spec.Template.Spec.RuntimeClassName, ""); got != "gvisor" {
+		t.Errorf("stored runtimeClassName %q, want the platform's gvisor", got)
+	}
+	if elevated(sbx.Annotations) {
+		t.Error("a sandbox under the platform's class is marked as more than a sandbox")
+	}
+
+	sbx = direct(ptr.To("runc"))
+	err := a.Admit(as("alice"), sbx)
+	status, ok := err.(apierrors.APIStatus)
+	if !ok || status.Status().Code != http.StatusForbidden || len(status.Status().Details.Causes) != 1 ||
+		status.Status().Details.Causes[0].Field != "spec.template.spec.runtimeClassName" {
+		t.Fatalf("runc for a sandbox-only user: %v, want 403 naming spec.template.spec.runtimeClassName", err)
+	}
+
+	sbx = direct(ptr.To("runc"))
+	if err := a.Admit(as("pod-creator"), sbx); err != nil {
+		t.Fatalf("runc for a user who may create pods: %v", err)
+	}
+	if got := ptr.Deref(sbx.Spec.Template.Spec.RuntimeClassName, ""); got != "runc" || !elevated(sbx.Annotations) {
+		t.Errorf("runc for a user who may create pods: runtimeClassName %q, elevated %v; want runc, true", got, elevated(sbx.Annotations))
 	}
 }

@@ -213,7 +213,7 @@ func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.
 	cmd.Flags().StringVar(&o.Image, "image", o.Image, "The container image the sandbox runs. Exactly one of --image and --pool.")
 	cmd.Flags().StringVar(&o.Pool, "pool", o.Pool, "The warm pool (a Pool of the namespace) whose idle pods the replicas get. Exactly one of --image and --pool.")
 	_ = cmd.RegisterFlagCompletionFunc("pool", cmdutil.PoolNameCompletion(f))
-	cmd.Flags().StringVar(&o.RuntimeClass, "runtime-class", o.RuntimeClass, "With --image: the RuntimeClass of the sandbox's pods (like gvisor). Default: the cluster's default runtime.")
+	cmd.Flags().StringVar(&o.RuntimeClass, "runtime-class", o.RuntimeClass, "With --image: the RuntimeClass of the sandbox's pods (like gvisor). Default: the platform's (sandbox-apiserver's --default-runtime-class), else the node's default runtime. Another class than the platform's needs the right to create pods.")
 	cmd.Flags().StringArrayVarP(&o.Env, "env", "e", o.Env, "An environment variable of the sandbox container, KEY=VALUE; repeat for more.")
 	cmd.Flags().Int32Var(&o.Replicas, "replicas", o.Replicas, "Number of sandbox pods.")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "Lifetime of the sandbox (like 30m or 2h, at least 60s): it is deleted that long after creation unless renewed. The server may cap it. Default: no expiry.")
