@@ -224,10 +224,9 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	registry := o.Registry
 	committer := NewCommitter(client, o.ContainerdNamespace, &registry)
-	// A snapshot interrupted by the death of the last agent may have left a sandbox frozen.
-	if n, err := committer.ThawLeftovers(ctx); err != nil {
-		klog.ErrorS(err, "Thawing containers an interrupted snapshot left frozen", "thawed", n)
-	}
+	// A snapshot interrupted by the death of the last agent may have left a sandbox frozen:
+	// thawed before any snapshot, retried while containerd does not answer.
+	committer.ThawLeftoversInBackground(ctx)
 	s := &server{
 		egress:       eg,
 		waitListen:   o.WaitAddress,

@@ -5,11 +5,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 // runningTask starts, in the private containerd, a container whose task sleeps: busybox in a
@@ -126,5 +130,36 @@ func TestFreezeAndThawLeftovers(t *testing.T) {
 	// Nothing left to thaw.
 	if n, err := c.ThawLeftovers(t.Context()); err != nil || n != 0 {
 		t.Errorf("a second ThawLeftovers: %d, %v; want 0, nil", n, err)
+	}
+}
+
+// TestThawLeftoversInBackground: no snapshot starts before the leftovers are thawed, which is
+// retried while containerd does not answer (a socket nobody serves), and done once it does.
+func TestThawLeftoversInBackground(t *testing.T) {
+	dead, err := containerd.New(filepath.Join(t.TempDir(), "nobody.sock"), containerd.WithDefaultNamespace(testNamespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dead.Close() })
+	c := NewCommitter(dead, testNamespace, nil)
+	c.ThawLeftoversInBackground(t.Context())
+	if _, err := c.Find(t.Context(), &nodeapi.SnapshotRequest{PodUID: "uid-1", Container: "sandbox"}); !errdefs.IsUnavailable(err) {
+		t.Errorf("Find before the leftovers are thawed: %v, want unavailable", err)
+	}
+	select {
+	case <-c.thawed:
+		t.Fatal("the leftovers are thawed without containerd")
+	case <-time.After(2 * thawBackoff.Duration):
+	}
+
+	live := NewCommitter(privateContainerd(t), testNamespace, nil)
+	live.ThawLeftoversInBackground(t.Context())
+	select {
+	case <-live.thawed:
+	case <-time.After(time.Minute):
+		t.Fatal("the leftovers are not thawed with containerd answering")
+	}
+	if _, err := live.Find(t.Context(), &nodeapi.SnapshotRequest{PodUID: "uid-1", Container: "sandbox"}); errdefs.IsUnavailable(err) {
+		t.Errorf("Find after the leftovers are thawed: %v", err)
 	}
 }

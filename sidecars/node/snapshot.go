@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/distribution/reference"
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
@@ -66,6 +68,10 @@ type Committer struct {
 	requireRunningTask bool
 	// progressInterval is progressInterval, shorter in tests.
 	progressInterval time.Duration
+	// thawed, once ThawLeftoversInBackground started, is closed when what an interrupted
+	// snapshot left frozen is thawed: no snapshot starts before (its freeze would be thawed
+	// under it).
+	thawed chan struct{}
 }
 
 // NewCommitter commits the containers of containerd namespace ns through client, to registry.
@@ -93,6 +99,13 @@ type candidate struct {
 // container name whose task runs. Several may match after restarts: the others' tasks have
 // exited. None running is ContainerNotFound.
 func (c *Committer) Find(ctx context.Context, req *nodeapi.SnapshotRequest) (*Container, error) {
+	if c.thawed != nil {
+		select {
+		case <-c.thawed:
+		default:
+			return nil, fmt.Errorf("%w: containers an interrupted snapshot left frozen are not thawed yet (containerd does not answer)", errdefs.ErrUnavailable)
+		}
+	}
 	ctx = namespaces.WithNamespace(ctx, c.namespace)
 	// The filter narrows the list on the daemon's side; matches checks every label here.
 	filter := fmt.Sprintf("labels.%q==%q,labels.%q==%q", labelPodUID, req.PodUID, labelContainerName, req.Container)
@@ -325,6 +338,27 @@ func (c *Committer) ThawLeftovers(ctx context.Context) (int, error) {
 		c.unmark(ctx, cont)
 	}
 	return thawed, errors.Join(errs...)
+}
+
+// thawBackoff paces ThawLeftoversInBackground's attempts while containerd does not answer.
+var thawBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Cap: 30 * time.Second, Steps: math.MaxInt32}
+
+// ThawLeftoversInBackground runs ThawLeftovers until it succeeds (containerd may not answer
+// when the agent starts), or ctx ends. Until then Find refuses snapshots as unavailable, which
+// the controller retries.
+func (c *Committer) ThawLeftoversInBackground(ctx context.Context) {
+	c.thawed = make(chan struct{})
+	go func() {
+		_ = wait.ExponentialBackoffWithContext(ctx, thawBackoff, func(ctx context.Context) (bool, error) {
+			n, err := c.ThawLeftovers(ctx)
+			if err != nil {
+				klog.ErrorS(err, "Thawing containers an interrupted snapshot left frozen; will retry", "thawed", n)
+				return false, nil
+			}
+			close(c.thawed)
+			return true, nil
+		})
+	}()
 }
 
 // baseImage reads the image name's manifest for the node's platform and its config.
