@@ -73,31 +73,11 @@ func durations(s []float64) []time.Duration {
 // resolver it asks: the proxy answers, after asking the upstream) with the plain pod asking
 // that upstream itself.
 func (b *bench) egress(ctx context.Context) error {
-	net, err := outside.NewNetwork()
+	net, host, err := startOutside()
 	if err != nil {
-		return fmt.Errorf("outside network: %w", err)
+		return err
 	}
 	defer func() { _ = net.Close() }()
-	host, err := net.NewHost("bench")
-	if err != nil {
-		return err
-	}
-	body := bytes.Repeat([]byte("x"), 1<<20)
-	if err := host.StartHTTP(80, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		for range *egressHTTPMB {
-			if _, err := w.Write(body); err != nil {
-				return
-			}
-		}
-	})); err != nil {
-		return err
-	}
-	if err := host.StartTCP(9000); err != nil {
-		return err
-	}
-	if err := host.StartDNS(map[string][]netip.Addr{"bench.test.": {host.IP}}); err != nil {
-		return err
-	}
 	restore, err := b.setUpstreams(ctx, host.Addr(53))
 	if err != nil {
 		return err
@@ -105,17 +85,7 @@ func (b *bench) egress(ctx context.Context) error {
 	defer restore()
 
 	name := b.name + "-egress"
-	sbx := &sandboxv1alpha1.Sandbox{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: sandboxv1alpha1.SandboxSpec{
-			Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: *image}}}},
-			NetworkPolicy: &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Deny", Egress: []sandboxv1alpha1.SandboxEgressRule{
-				{Action: "Allow", To: "bench.test"},
-				{Action: "Allow", To: host.IP.String(), Ports: []sandboxv1alpha1.SandboxEgressPort{{Port: 80}, {Port: 9000}}},
-			}},
-		},
-	}
-	if _, err := b.sandboxes.SandboxV1alpha1().Sandboxes(*namespace).Create(ctx, sbx, metav1.CreateOptions{}); err != nil {
+	if _, err := b.sandboxes.SandboxV1alpha1().Sandboxes(*namespace).Create(ctx, egressSandbox(name, host, ""), metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	defer func() {
@@ -138,16 +108,12 @@ func (b *bench) egress(ctx context.Context) error {
 		return err
 	}
 
-	args := func(resolver string) []string {
-		return []string{"python3", "-c", egressProbe, resolver, "bench.test", host.IP.String(), "9000",
-			"http://" + host.IP.String() + "/", fmt.Sprint(*egressRuns)}
-	}
 	// Both ask the upstream; the sandbox's query is redirected to its proxy, which asks it.
-	ours, err := runProbe(ctx, append([]string{"sandbox", "-n", *namespace, "exec", name, "--"}, args(host.IP.String())...))
+	ours, err := runProbe(ctx, append([]string{"sandbox", "-n", *namespace, "exec", name, "--"}, egressProbeArgs(host)...))
 	if err != nil {
 		return fmt.Errorf("in the sandbox: %w", err)
 	}
-	theirs, err := runProbe(ctx, append([]string{"-n", *namespace, "exec", plain.Name, "--"}, args(host.IP.String())...))
+	theirs, err := runProbe(ctx, append([]string{"-n", *namespace, "exec", plain.Name, "--"}, egressProbeArgs(host)...))
 	if err != nil {
 		return fmt.Errorf("in the plain pod: %w", err)
 	}
@@ -164,6 +130,62 @@ func (b *bench) egress(ctx context.Context) error {
 	}
 	fmt.Printf("| HTTP download, %d MiB | %.0f MB/s | %.0f MB/s | %.2f |\n", *egressHTTPMB, ours.HTTP, theirs.HTTP, ours.HTTP/theirs.HTTP)
 	return nil
+}
+
+// startOutside starts an outside host (a network namespace behind the node) that serves
+// *egressHTTPMB MiB over HTTP on port 80, accepts TCP on 9000 and resolves bench.test to itself.
+func startOutside() (*outside.Network, *outside.Host, error) {
+	net, err := outside.NewNetwork()
+	if err != nil {
+		return nil, nil, fmt.Errorf("outside network: %w", err)
+	}
+	host, err := net.NewHost("bench")
+	if err == nil {
+		body := bytes.Repeat([]byte("x"), 1<<20)
+		err = host.StartHTTP(80, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			for range *egressHTTPMB {
+				if _, err := w.Write(body); err != nil {
+					return
+				}
+			}
+		}))
+	}
+	if err == nil {
+		err = host.StartTCP(9000)
+	}
+	if err == nil {
+		err = host.StartDNS(map[string][]netip.Addr{"bench.test.": {host.IP}})
+	}
+	if err != nil {
+		_ = net.Close()
+		return nil, nil, err
+	}
+	return net, host, nil
+}
+
+// egressSandbox is a direct-mode sandbox (under runtimeClass, unless empty) whose policy allows
+// the outside host: its name, and its address on ports 80 and 9000.
+func egressSandbox(name string, host *outside.Host, runtimeClass string) *sandboxv1alpha1.Sandbox {
+	sbx := &sandboxv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: sandboxv1alpha1.SandboxSpec{
+			Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: *image, ImagePullPolicy: corev1.PullNever}}}},
+			NetworkPolicy: &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: "Deny", Egress: []sandboxv1alpha1.SandboxEgressRule{
+				{Action: "Allow", To: "bench.test"},
+				{Action: "Allow", To: host.IP.String(), Ports: []sandboxv1alpha1.SandboxEgressPort{{Port: 80}, {Port: 9000}}},
+			}},
+		},
+	}
+	if runtimeClass != "" {
+		sbx.Spec.Template.Spec.RuntimeClassName = &runtimeClass
+	}
+	return sbx
+}
+
+// egressProbeArgs runs egressProbe against the outside host, asking it as the resolver.
+func egressProbeArgs(host *outside.Host) []string {
+	return []string{"python3", "-c", egressProbe, host.IP.String(), "bench.test", host.IP.String(), "9000",
+		"http://" + host.IP.String() + "/", fmt.Sprint(*egressRuns)}
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }

@@ -78,6 +78,7 @@ func (b *bench) pools(ctx context.Context) error {
 	if *only == "tasks" {
 		return pb.tasks(ctx)
 	}
+	printIdleMemory(*poolSize)
 
 	fmt.Printf("\n## Warm pools\n\nPool of %d idle pods (%s) in namespace %s; create → first successful exec (`true`, WebSocket) per sandbox. Between phases the pool refills completely.\n\n", *poolSize, *image, pb.ns)
 	fmt.Println("| measurement | p50 | p90 | p99 | max |")
