@@ -135,6 +135,10 @@ func TestHostileCode(t *testing.T) {
 }
 
 func testHostileCode(t *testing.T, runtimeClass string) {
+	rtName := "runc"
+	if runtimeClass != "" {
+		rtName = runtimeClass
+	}
 	net := outside.New(t)
 	dnsHost := net.AddHost(t, "dns")
 	other := net.AddHost(t, "other")
@@ -151,7 +155,7 @@ func testHostileCode(t *testing.T, runtimeClass string) {
 	ns := newNamespace(t)
 	rc := ""
 	if runtimeClass != "" {
-		rc = "    runtimeClassName: " + runtimeClass + "\n"
+		rc = "      runtimeClassName: " + runtimeClass + "\n"
 	}
 	// Names under allowed.test resolve through the node's proxy, which asks the outside
 	// resolver: a query of such a name that reaches it got out. Everything else is denied.
@@ -258,7 +262,7 @@ spec:
 			return after["spoofed"]-before["spoofed"] >= want, fmt.Sprintf("before %v, after %v, want %v more spoofed", before, after, want)
 		})
 		after := nodeAgentConnections(t, ns, "capable")
-		t.Logf("%s: node agent counted %v spoofed, %v denied (before %v)", runtimeClass, after["spoofed"]-before["spoofed"], after["denied"]-before["denied"], before)
+		t.Logf("%s: node agent counted %v spoofed, %v denied (before %v)", rtName, after["spoofed"]-before["spoofed"], after["denied"]-before["denied"], before)
 	})
 
 	t.Run("the policy still holds after the sandbox changed its routes", func(t *testing.T) {
@@ -268,5 +272,5 @@ spec:
 			t.Errorf("a denied host: %q, %d requests there", got["denied"], other.HTTPRequests(80))
 		}
 	})
-	t.Logf("%s: %d attempts refused by the sandbox's kernel", runtimeClass, refused)
+	t.Logf("%s: %d attempts refused by the sandbox's kernel", rtName, refused)
 }
