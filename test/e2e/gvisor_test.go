@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,37 @@ func TestGVisor(t *testing.T) {
 			t.Errorf("a refused sandbox was stored: %s", g.stdout)
 		}
 	})
+}
+
+// TestMissingRuntimeClass: a sandbox whose RuntimeClass the cluster does not have says so in a
+// condition and an Event, and no pod of it is made and made again: the kube-apiserver refuses
+// the pod, which a retry would not change.
+func TestMissingRuntimeClass(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	mustSandboxCmd(t, ns, "create", "nowhere", "--image", pythonImage, "--runtime-class", "e2e-missing")
+	var got condition
+	waitFor(t, "a condition naming the missing RuntimeClass", 60*time.Second, func() (bool, string) {
+		s := getSandbox(t, ns, "nowhere")
+		for _, c := range s.Status.Conditions {
+			if c.Reason == "PodCreateFailed" && strings.Contains(c.Message, "e2e-missing") {
+				got = c
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", s.Status.Conditions)
+	})
+	t.Logf("condition %s=%s %s: %s", got.Type, got.Status, got.Reason, got.Message)
+	waitFor(t, "the PodCreateFailed Event", 30*time.Second, func() (bool, string) {
+		out := kubectl(t, "-n", ns, "get", "events", "--field-selector", "reason=PodCreateFailed,involvedObject.name=nowhere", "-o", "name")
+		return strings.TrimSpace(out.stdout) != "", out.stderr
+	})
+	if out := mustKubectl(t, "-n", ns, "get", "pods", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("pods of a sandbox whose RuntimeClass is missing: %s", out)
+	}
+	if s := getSandbox(t, ns, "nowhere"); s.Status.Phase == "Running" {
+		t.Errorf("phase %s, want it not Running", s.Status.Phase)
+	}
 }
 
 // gvisorRelease tells whether s holds the kernel release gVisor reports: "4.4.0" in older
