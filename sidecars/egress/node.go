@@ -130,6 +130,9 @@ type pod struct {
 	proven    string // the interface the probe was seen from
 	status    egressapi.Status
 	lastErr   error
+	// flowsClean: no outbound flow that cfg denies is open (its CutFlows succeeded, or cfg
+	// followed one that opens nothing). Until then, and after an agent restart, a change cuts.
+	flowsClean bool
 	// changed is closed and replaced whenever what is in force (or its error) changes.
 	changed chan struct{}
 
@@ -313,7 +316,7 @@ func (n *Node) sync(ctx context.Context, uid string) error {
 		n.mu.RUnlock()
 		return nil
 	}
-	gone, ips, desired, applied, proven := p.gone, slices.Clone(p.ips), p.desired, p.cfg, p.proven
+	gone, ips, desired, applied, proven, flowsClean := p.gone, slices.Clone(p.ips), p.desired, p.cfg, p.proven, p.flowsClean
 	n.mu.RUnlock()
 
 	if gone {
@@ -367,11 +370,17 @@ func (n *Node) sync(ctx context.Context, uid string) error {
 			return n.failed(p, egressapi.ReasonUnverified, err)
 		}
 	}
-	cut := 0
+	cut, clean := 0, flowsClean
 	if applied == nil || applied.Revision != cfg.Revision {
-		if cut, err = n.filter.CutFlows(uid, m); err != nil {
-			// The rules are in force for new flows; an established one may outlive the change.
-			klog.ErrorS(err, "Cutting the flows a new policy denies", "podUID", uid, "revision", cfg.Revision)
+		// A pool pod's claim replaces deny-all, under which no flow that CutFlows looks at can
+		// have opened: no walk of the node's whole conntrack table for it (at hundreds of pods,
+		// most of what a claim costs the agent).
+		if !(flowsClean && opensNothing(applied)) {
+			if cut, err = n.filter.CutFlows(uid, m); err != nil {
+				// The rules are in force for new flows; an established one may outlive the change.
+				klog.ErrorS(err, "Cutting the flows a new policy denies", "podUID", uid, "revision", cfg.Revision)
+			}
+			clean = err == nil
 		}
 		n.metrics.flowsCut.Add(float64(cut))
 		n.metrics.updates.WithLabelValues("applied").Inc()
@@ -395,7 +404,7 @@ func (n *Node) sync(ctx context.Context, uid string) error {
 		klog.InfoS("Egress policy in force", "pod", klog.KRef(p.namespace, p.name), "sandbox", sandboxRef(cfg),
 			"revision", cfg.Revision, "rules", len(cfg.Rules), "defaultAction", cfg.DefaultAction, "interface", link.Name, "flowsCut", cut)
 	}
-	p.cfg, p.matcher, p.upstreams, p.iface, p.proven, p.lastErr = cfg, m, upstreams, link.Name, link.Name, nil
+	p.cfg, p.matcher, p.upstreams, p.iface, p.proven, p.lastErr, p.flowsClean = cfg, m, upstreams, link.Name, link.Name, nil, clean
 	close(p.changed)
 	p.changed = make(chan struct{})
 	return nil
@@ -493,6 +502,21 @@ func probeAddrs(ips, node []netip.Addr) (src, dst netip.Addr, ok bool) {
 		}
 	}
 	return netip.Addr{}, netip.Addr{}, false
+}
+
+// opensNothing reports whether no outbound flow that CutFlows looks at can open under cfg: it
+// allows nothing (deny by default, no Allow rule), so the filter rejects every new flow of the
+// pod but DNS to the node's proxy and its wait, which CutFlows leaves alone.
+func opensNothing(cfg *egressapi.Config) bool {
+	if cfg == nil || cfg.DefaultAction != egressapi.ActionDeny {
+		return false
+	}
+	for _, r := range cfg.Rules {
+		if r.Action != egressapi.ActionDeny {
+			return false
+		}
+	}
+	return true
 }
 
 func denyAll(uid string) *egressapi.Config {

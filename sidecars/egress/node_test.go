@@ -407,3 +407,42 @@ func TestProbeAddrs(t *testing.T) {
 		})
 	}
 }
+
+// TestCutFlowsOnlyWhereFlowsCanBeOpen: a change of policy cuts the flows the new one denies,
+// except where the policy in force allowed nothing (a pool pod's deny-all, at its claim): no
+// flow can have opened there, and walking the node's conntrack table for it is most of what a
+// claim would cost at hundreds of pods.
+func TestCutFlowsOnlyWhereFlowsCanBeOpen(t *testing.T) {
+	n := newTestNode(t, t.TempDir())
+	n.run(t)
+	n.net.add("c", "veth-c")
+	n.ObservePod(sandboxPod("c", "10.244.0.12"))
+	push := func(cfg *egressapi.Config) int {
+		t.Helper()
+		ctx, cancel := within(10 * time.Second)
+		defer cancel()
+		if _, err := n.Push(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		n.f.mu.Lock()
+		defer n.f.mu.Unlock()
+		return n.f.cuts
+	}
+	// The first policy a pod gets cuts: after an agent restart, the kernel may hold flows of
+	// an earlier one.
+	if got := push(allowConfig("c")); got != 1 {
+		t.Fatalf("cuts after the first policy (deny-all): %d, want 1", got)
+	}
+	if got := push(allowConfig("c", "pypi.org")); got != 1 {
+		t.Errorf("cuts after deny-all gave way to a policy: %d, want still 1", got)
+	}
+	if got := push(allowConfig("c")); got != 2 {
+		t.Errorf("cuts after a policy that allowed pypi.org gave way to deny-all: %d, want 2", got)
+	}
+	if got := push(allowConfig("c", "github.com")); got != 2 {
+		t.Errorf("cuts after deny-all gave way to a policy again: %d, want still 2", got)
+	}
+	if got := push(allowConfig("c", "pypi.org")); got != 3 {
+		t.Errorf("cuts after a policy that allowed github.com changed: %d, want 3", got)
+	}
+}
