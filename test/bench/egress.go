@@ -73,16 +73,11 @@ func durations(s []float64) []time.Duration {
 // resolver it asks: the proxy answers, after asking the upstream) with the plain pod asking
 // that upstream itself.
 func (b *bench) egress(ctx context.Context) error {
-	net, host, err := startOutside()
+	host, stop, err := b.outsideResolver(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = net.Close() }()
-	restore, err := b.setUpstreams(ctx, host.Addr(53))
-	if err != nil {
-		return err
-	}
-	defer restore()
+	defer stop()
 
 	name := b.name + "-egress"
 	if _, err := b.sandboxes.SandboxV1alpha1().Sandboxes(*namespace).Create(ctx, egressSandbox(name, host, ""), metav1.CreateOptions{}); err != nil {
@@ -161,6 +156,21 @@ func startOutside() (*outside.Network, *outside.Host, error) {
 		return nil, nil, err
 	}
 	return net, host, nil
+}
+
+// outsideResolver starts the outside host (startOutside) and makes it the platform's DNS
+// upstream; stop restores the upstreams and stops the host.
+func (b *bench) outsideResolver(ctx context.Context) (host *outside.Host, stop func(), err error) {
+	net, host, err := startOutside()
+	if err != nil {
+		return nil, nil, err
+	}
+	restore, err := b.setUpstreams(ctx, host.Addr(53))
+	if err != nil {
+		_ = net.Close()
+		return nil, nil, err
+	}
+	return host, func() { restore(); _ = net.Close() }, nil
 }
 
 // egressSandbox is a direct-mode sandbox (under runtimeClass, unless empty) whose policy allows

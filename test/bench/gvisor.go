@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -60,16 +59,11 @@ func (b *bench) gVisorRows(ctx context.Context) error {
 	if _, err := b.kube.NodeV1().RuntimeClasses().Get(ctx, *gvisor, metav1.GetOptions{}); err != nil {
 		return fmt.Errorf("RuntimeClass %s: %w", *gvisor, err)
 	}
-	net, host, err := startOutside()
+	host, stop, err := b.outsideResolver(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = net.Close() }()
-	restore, err := b.setUpstreams(ctx, host.Addr(53))
-	if err != nil {
-		return err
-	}
-	defer restore()
+	defer stop()
 
 	runc, gv := *b, *b
 	runc.name, gv.name = b.name+"-rt-runc", b.name+"-rt-gvisor"
@@ -220,28 +214,11 @@ func (b *bench) pooledByRuntime(ctx context.Context) error {
 // createSmallPool creates pb.pool of n idle pods of the benchmark's image (under runtimeClass,
 // unless empty) and waits until all are available.
 func (pb *poolBench) createSmallPool(ctx context.Context, runtimeClass string, n int) error {
-	pool := &controlv1alpha1.Pool{
-		TypeMeta:   metav1.TypeMeta{APIVersion: controlv1alpha1.SchemeGroupVersion.String(), Kind: "Pool"},
-		ObjectMeta: metav1.ObjectMeta{Name: pb.pool, Namespace: pb.ns},
-		Spec: controlv1alpha1.PoolSpec{
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
-				Name: "sandbox", Image: *image, ImagePullPolicy: corev1.PullNever,
-			}}}},
-			CapacitySpec: controlv1alpha1.CapacitySpec{BufferMin: int32(n), BufferMax: int32(n), PoolMax: int32(2*n + 2)},
-		},
-	}
-	if runtimeClass != "" {
-		pool.Spec.Template.Spec.RuntimeClassName = &runtimeClass
-	}
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pool)
-	if err != nil {
+	if err := pb.applyPool(ctx, runtimeClass, n, 2*n+2); err != nil {
 		return err
 	}
 	d, err := pb.dyn()
 	if err != nil {
-		return err
-	}
-	if _, err := d.Resource(poolGVR).Namespace(pb.ns).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	return wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {

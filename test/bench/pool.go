@@ -205,6 +205,20 @@ func (pb *poolBench) dyn() (dynamic.Interface, error) { return dynamic.NewForCon
 var poolGVR = controlv1alpha1.SchemeGroupVersion.WithResource("pools")
 
 func (pb *poolBench) createPool(ctx context.Context) error {
+	if err := pb.applyPool(ctx, "", *poolSize, *poolSize+*warmRuns+10); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := pb.waitPoolFull(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: pool of %d filled in %v\n", *poolSize, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// applyPool creates pb.pool: idle pods of the benchmark's image (under runtimeClass, unless
+// empty), at most poolMax pods in all.
+func (pb *poolBench) applyPool(ctx context.Context, runtimeClass string, idle, poolMax int) error {
 	pool := &controlv1alpha1.Pool{
 		TypeMeta:   metav1.TypeMeta{APIVersion: controlv1alpha1.SchemeGroupVersion.String(), Kind: "Pool"},
 		ObjectMeta: metav1.ObjectMeta{Name: pb.pool, Namespace: pb.ns},
@@ -212,8 +226,11 @@ func (pb *poolBench) createPool(ctx context.Context) error {
 			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
 				Name: "sandbox", Image: *image, ImagePullPolicy: corev1.PullNever,
 			}}}},
-			CapacitySpec: controlv1alpha1.CapacitySpec{BufferMin: int32(*poolSize), BufferMax: int32(*poolSize), PoolMax: int32(*poolSize + *warmRuns + 10)},
+			CapacitySpec: controlv1alpha1.CapacitySpec{BufferMin: int32(idle), BufferMax: int32(idle), PoolMax: int32(poolMax)},
 		},
+	}
+	if runtimeClass != "" {
+		pool.Spec.Template.Spec.RuntimeClassName = &runtimeClass
 	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pool)
 	if err != nil {
@@ -223,15 +240,8 @@ func (pb *poolBench) createPool(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := d.Resource(poolGVR).Namespace(pb.ns).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	start := time.Now()
-	if err := pb.waitPoolFull(ctx); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "bench: pool of %d filled in %v\n", *poolSize, time.Since(start).Round(time.Second))
-	return nil
+	_, err = d.Resource(poolGVR).Namespace(pb.ns).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{})
+	return err
 }
 
 // waitPoolFull waits until the pool has all its idle pods ready and no pod of the namespace is

@@ -111,6 +111,19 @@ func waitEgressReady(t *testing.T, ns, name string) (egressState, time.Duration)
 	return s, time.Since(start)
 }
 
+// usePlatformResolver points the platform's DNS proxy (dnsUpstreams of kube-sandbox-egress) at
+// addr for the test, the rest of the platform policy as shipped, and restores it afterwards.
+func usePlatformResolver(t *testing.T, addr string) {
+	t.Helper()
+	prev := mustKubectl(t, "-n", "kube-sandbox-system", "get", "configmap", "kube-sandbox-egress", "-o", "jsonpath={.data.dnsUpstreams}")
+	patch := func(upstreams string) {
+		data, _ := json.Marshal(map[string]any{"data": map[string]string{"dnsUpstreams": upstreams}})
+		mustKubectl(t, "-n", "kube-sandbox-system", "patch", "configmap", "kube-sandbox-egress", "--type=merge", "-p", string(data))
+	}
+	patch(fmt.Sprintf("- %s\n", addr))
+	t.Cleanup(func() { patch(prev) })
+}
+
 // runtimes are the RuntimeClasses every egress case runs under: the node's default (runc) and
 // gVisor, whose user-space network stack bypasses the pod's own netfilter: the node agent's
 // filter, on the pod's host-side interface, must hold for both.
@@ -150,14 +163,8 @@ func testEgress(t *testing.T, runtimeClass string) {
 	})
 	rogue.ServeDNS(t, map[string][]netip.Addr{"rogue-only.test.": {web.IP}})
 
-	// The platform's resolver is the test's; the rest of the platform policy stays as shipped.
-	prev := mustKubectl(t, "-n", "kube-sandbox-system", "get", "configmap", "kube-sandbox-egress", "-o", "jsonpath={.data.dnsUpstreams}")
-	patch := func(upstreams string) {
-		data, _ := json.Marshal(map[string]any{"data": map[string]string{"dnsUpstreams": upstreams}})
-		mustKubectl(t, "-n", "kube-sandbox-system", "patch", "configmap", "kube-sandbox-egress", "--type=merge", "-p", string(data))
-	}
-	patch(fmt.Sprintf("- %s\n", dnsHost.Addr(53)))
-	t.Cleanup(func() { patch(prev) })
+	// The platform's resolver is the test's.
+	usePlatformResolver(t, dnsHost.Addr(53))
 
 	ns := newNamespace(t)
 	applyPoolIn(t, ns, "egress", runtimeClass, 3, 3, 6)

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -144,13 +143,7 @@ func testHostileCode(t *testing.T, runtimeClass string) {
 	other := net.AddHost(t, "other")
 	other.ServeHTTP(t, 80, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("outside")) }))
 	dnsHost.ServeDNS(t, map[string][]netip.Addr{"other.allowed.test.": {other.IP}})
-	prev := mustKubectl(t, "-n", "kube-sandbox-system", "get", "configmap", "kube-sandbox-egress", "-o", "jsonpath={.data.dnsUpstreams}")
-	patch := func(upstreams string) {
-		data, _ := json.Marshal(map[string]any{"data": map[string]string{"dnsUpstreams": upstreams}})
-		mustKubectl(t, "-n", "kube-sandbox-system", "patch", "configmap", "kube-sandbox-egress", "--type=merge", "-p", string(data))
-	}
-	patch(fmt.Sprintf("- %s\n", dnsHost.Addr(53)))
-	t.Cleanup(func() { patch(prev) })
+	usePlatformResolver(t, dnsHost.Addr(53))
 
 	ns := newNamespace(t)
 	rc := ""
