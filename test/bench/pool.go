@@ -205,7 +205,9 @@ func (pb *poolBench) dyn() (dynamic.Interface, error) { return dynamic.NewForCon
 var poolGVR = controlv1alpha1.SchemeGroupVersion.WithResource("pools")
 
 func (pb *poolBench) createPool(ctx context.Context) error {
-	if err := pb.applyPool(ctx, "", *poolSize, *poolSize+*warmRuns+10); err != nil {
+	// Room for the largest phase's sandboxes (the warm runs kept, or the batch and the tasks)
+	// besides the idle pods, which the pool refills before the next phase.
+	if err := pb.applyPool(ctx, "", *poolSize, *poolSize+max(*warmRuns, *batchReplicas)+10); err != nil {
 		return err
 	}
 	start := time.Now()
