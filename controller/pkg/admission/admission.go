@@ -144,9 +144,10 @@ func (c *Checker) CheckIn(ctx context.Context, reader client.Reader, namespace s
 		return Result{}, err
 	}
 	res := c.Check(ns.Labels, t)
-	spec := t.Spec.DeepCopy()
-	sandboxpod.DefaultRuntimeClass(spec, c.RuntimeClass)
-	ferr, err := CheckEgress(ctx, reader, spec, t.Path)
+	// As the pods will run. A shallow copy: only the runtime class's pointer is replaced.
+	spec := *t.Spec
+	sandboxpod.DefaultRuntimeClass(&spec, c.RuntimeClass)
+	ferr, err := CheckEgress(ctx, reader, &spec, t.Path)
 	if err != nil {
 		return Result{}, err
 	}

@@ -202,10 +202,11 @@ func slowStartBatch(n int, create func() error) (int, error) {
 // for the status: the pool then makes no pods, and gives away none of those it holds.
 func (r *Reconciler) admit(ctx context.Context, pool *controlv1alpha1.Pool) (*sandboxpod.Problem, error) {
 	if r.Egress != nil {
-		// As the pods will be: under the platform's runtime class if the template names none.
-		spec := pool.Spec.Template.Spec.DeepCopy()
-		sandboxpod.DefaultRuntimeClass(spec, r.RuntimeClass)
-		ferr, err := admission.CheckEgress(ctx, r.Client, spec, field.NewPath("spec", "template", "spec"))
+		// As the pods will be: under the platform's runtime class if the template names none
+		// (a shallow copy: only the runtime class's pointer is replaced).
+		spec := pool.Spec.Template.Spec
+		sandboxpod.DefaultRuntimeClass(&spec, r.RuntimeClass)
+		ferr, err := admission.CheckEgress(ctx, r.Client, &spec, field.NewPath("spec", "template", "spec"))
 		if err != nil {
 			return nil, err
 		}
