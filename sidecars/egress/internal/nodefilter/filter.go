@@ -1207,8 +1207,9 @@ func (f *Filter) Counters(uid string) (Counters, error) {
 // ---- Learned addresses. ----
 
 // Learn adds addresses the DNS proxy resolved for a name target key to that key's sets in
-// the pod's filter, for ttl (at least minTTL), refreshing the timeout of those already there,
-// and mirrors them in memory. The proxy calls it before it answers, so that the connection
+// the pod's filter, for ttl (at least minTTL), refreshing the timeout of those already there
+// (unless every address has at least half of ttl to go: then it changes nothing), and mirrors
+// them in memory. The proxy calls it before it answers, so that the connection
 // that follows the answer finds its address in the set.
 func (f *Filter) Learn(uid, key string, addrs []netip.Addr, ttl time.Duration) error {
 	if len(addrs) == 0 {
@@ -1227,6 +1228,12 @@ func (f *Filter) Learn(uid, key string, addrs []netip.Addr, ttl time.Duration) e
 	names, ok := st.keys[key]
 	if !ok {
 		return fmt.Errorf("learn %q for pod %s: %w", key, uid, ErrUnknownKey)
+	}
+	if f.fresh(uid, key, addrs, ttl/2) {
+		// Every address is in the sets with at least half of this answer's time to go: the
+		// client's connection finds them there, and a commit per answer (most of what a
+		// lookup through the proxy costs) is spared. They are refreshed once half has passed.
+		return nil
 	}
 	var v4, v6 []nftables.SetElement
 	var learned []netip.Addr
@@ -1270,6 +1277,24 @@ func (f *Filter) Learn(uid, key string, addrs []netip.Addr, ttl time.Duration) e
 		m[a] = expiry
 	}
 	return nil
+}
+
+// fresh reports whether every address is learned for the pod's key with at least left to go.
+func (f *Filter) fresh(uid, key string, addrs []netip.Addr, left time.Duration) bool {
+	deadline := f.now().Add(left)
+	f.learnedMu.RLock()
+	defer f.learnedMu.RUnlock()
+	m := f.learned[uid][key]
+	for _, a := range addrs {
+		a = a.Unmap().WithZone("")
+		if !a.Is4() && !a.Is6() {
+			continue
+		}
+		if exp, ok := m[a]; !ok || exp.Before(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // Learned reports whether addr was learned for the name target key in the pod's filter and

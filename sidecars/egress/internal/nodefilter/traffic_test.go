@@ -411,6 +411,65 @@ func TestLearn(t *testing.T) {
 	mustRefuse(t, tp.a.ns, at(outIP6, 8080))
 }
 
+// TestLearnSparesFreshAnswers: an answer whose addresses are all learned, with at least half of
+// its time still to go, changes nothing in the kernel (no commit per lookup); one that would
+// outlive what is there refreshes the kernel's timeouts.
+func TestLearnSparesFreshAnswers(t *testing.T) {
+	requireRoot(t)
+	tp := newTopology(t)
+	f := newFilter(t, tp.node)
+	const key = "svc.example.com"
+	mustSync(t, f, tp.a.Pod, compile(t, egressapi.ActionDeny, allow(key, tcp(8080))), true)
+	v4, _ := SetNames(PodID(tp.a.UID), key)
+	c := nftConn(t, tp.node)
+	expires := func(a netip.Addr) time.Duration {
+		t.Helper()
+		elems, err := c.GetSetElements(&nftables.Set{Table: inetTable, Name: v4})
+		if err != nil {
+			t.Fatalf("elements of %s: %v", v4, err)
+		}
+		for _, e := range elems {
+			if netip.AddrFrom4([4]byte(e.Key)) == a {
+				return e.Expires
+			}
+		}
+		t.Fatalf("%s is not in %s", a, v4)
+		return 0
+	}
+
+	if err := f.Learn(tp.a.UID, key, []netip.Addr{outIP4}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if e := expires(outIP4); e > time.Minute || e < 50*time.Second {
+		t.Fatalf("expires in %v after learning for a minute", e)
+	}
+	// 100 s asked, a minute left: more than half, so the kernel keeps its minute.
+	if err := f.Learn(tp.a.UID, key, []netip.Addr{outIP4}, 100*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if e := expires(outIP4); e > time.Minute {
+		t.Errorf("a fresh answer was committed: expires in %v, want at most a minute", e)
+	}
+	// A new address in the answer: the whole answer is committed, the old address with it.
+	other := netip.MustParseAddr("192.0.2.77")
+	if err := f.Learn(tp.a.UID, key, []netip.Addr{outIP4, other}, 100*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !f.Learned(tp.a.UID, key, other) {
+		t.Error("a new address of a fresh answer is not learned")
+	}
+	if e := expires(outIP4); e < 90*time.Second {
+		t.Errorf("an answer with a new address was not committed whole: the old one expires in %v", e)
+	}
+	// 250 s asked, 100 s left: less than half, so the timeouts are refreshed.
+	if err := f.Learn(tp.a.UID, key, []netip.Addr{outIP4}, 250*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if e := expires(outIP4); e < 4*time.Minute {
+		t.Errorf("an answer that outlives the sets' elements was not committed: expires in %v", e)
+	}
+}
+
 // TestCutFlows: flows a new policy denies are cut; what it allows, what comes in, DNS and the
 // wait endpoint are not.
 func TestCutFlows(t *testing.T) {
