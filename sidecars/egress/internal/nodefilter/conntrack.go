@@ -33,16 +33,24 @@ func (f *Filter) CutFlows(uid string, m *egressapi.Matcher) (int, error) {
 		return 0, fmt.Errorf("no matcher")
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.closed {
+		f.mu.Unlock()
 		return 0, ErrClosed
 	}
 	st := f.pods[uid]
 	if st == nil {
+		f.mu.Unlock()
 		return 0, fmt.Errorf("cut flows of pod %s: %w", uid, ErrUnknownPod)
 	}
+	ips := slices.Clone(st.pod.IPs)
+	// The walk of the node's conntrack table is done without f.mu: other pods' syncs and the
+	// DNS proxy's learning do not wait for it (the netlink handle locks its socket per
+	// request); walking keeps Close from closing the handle under it.
+	f.walking.RLock()
+	defer f.walking.RUnlock()
+	f.mu.Unlock()
 	ff := &flowFilter{
-		pod:      st.pod.IPs,
+		pod:      ips,
 		node:     f.cfg.nodeAddrs,
 		waitPort: f.cfg.waitPort,
 		m:        m,

@@ -103,6 +103,9 @@ type Filter struct {
 	nl     *netlink.Handle
 	ns     netns.NsHandle // a copy of Options.NetNS, or none
 	pods   map[string]*podState
+	// walking is held (read) by the conntrack walks, which run without mu, and taken by
+	// Close, under mu, before it closes nl.
+	walking sync.RWMutex
 
 	// learnedMu guards learned, apart from mu: the DNS proxy asks Learned on every query.
 	learnedMu sync.RWMutex
@@ -231,7 +234,9 @@ func (f *Filter) Close() error {
 		return nil
 	}
 	f.closed = true
+	f.walking.Lock()
 	f.nl.Close()
+	f.walking.Unlock()
 	errs := []error{f.raw.Close()}
 	if err := f.nft.CloseLasting(); err != nil {
 		errs = append(errs, fmt.Errorf("close nf_tables netlink socket: %w", err))
