@@ -12,22 +12,40 @@ started=0
 if ! KUBECONFIG=$ADMIN_KUBECONFIG kubectl get --raw /readyz >/dev/null 2>&1; then
 	started=1
 fi
+# stage is the step under way, for the summary a failure ends with: CI shows only the output's
+# last lines, so the cause must come after the cluster's shutdown, not before it.
+stage=build
 stop() {
+	local rc=$?
+	set +e # the summary is best effort
 	if [ $started = 1 ] && [ "${E2E_KEEP_CLUSTER:-0}" != 1 ]; then
-		log "stopping the cluster this run started"
-		"$ROOT/hack/cluster/down.sh" | sed 's/^/  /'
+		log "stopping the cluster this run started (log: $OUT/down.log)"
+		"$ROOT/hack/cluster/down.sh" >"$OUT/down.log" 2>&1 || { tail -5 "$OUT/down.log"; log "down.sh failed"; }
 	fi
+	if [ "$rc" != 0 ]; then
+		case $stage in
+		up)
+			echo "---- make up failed: the last lines of $OUT/up.log ----"
+			tail -40 "$OUT/up.log"
+			;;
+		test)
+			echo "---- the failed tests (whole log: $OUT/e2e.log) ----"
+			grep -E -A12 -- '^\s*--- FAIL' "$OUT/e2e.log" | head -150
+			grep -E '^(FAIL|ok|panic:)' "$OUT/e2e.log"
+			;;
+		esac
+		log "end-to-end tests failed at the $stage step"
+	fi
+	exit "$rc"
 }
 trap stop EXIT
 
 make -s build
 # On a cluster that is already up, up.sh keeps it and installs what was just built.
-"$ROOT/hack/up.sh"
+stage=up
+"$ROOT/hack/up.sh" 2>&1 | tee "$OUT/up.log"
 
+stage=test
 log "go test ./test/e2e"
-set +e
 KUBECONFIG=$ADMIN_KUBECONFIG KUBE_SANDBOX_BIN=$BIN SANDBOX_IMAGE_PYTHON=$SANDBOX_IMAGE_PYTHON \
 	go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/... 2>&1 | tee "$OUT/e2e.log"
-rc=${PIPESTATUS[0]}
-set -e
-[ "$rc" = 0 ] || die "end-to-end tests failed (log: $OUT/e2e.log)"
