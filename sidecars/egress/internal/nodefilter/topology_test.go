@@ -17,20 +17,20 @@ import (
 
 // ---- Namespaces and a node's topology, for the tests that need a kernel (root). ----
 
-func requireRoot(t *testing.T) { netnstest.RequireRoot(t) }
+func requireRoot(t testing.TB) { netnstest.RequireRoot(t) }
 
-func newNS(t *testing.T) netns.NsHandle { return netnstest.New(t) }
+func newNS(t testing.TB) netns.NsHandle { return netnstest.New(t) }
 
 func inNS(ns netns.NsHandle, fn func() error) error { return netnstest.In(ns, fn) }
 
-func handle(t *testing.T, ns netns.NsHandle) *netlink.Handle { return netnstest.Handle(t, ns) }
+func handle(t testing.TB, ns netns.NsHandle) *netlink.Handle { return netnstest.Handle(t, ns) }
 
-func sysctl(t *testing.T, ns netns.NsHandle, path, value string) {
+func sysctl(t testing.TB, ns netns.NsHandle, path, value string) {
 	t.Helper()
 	netnstest.Sysctl(t, ns, path, value)
 }
 
-func readSysctlIn(t *testing.T, ns netns.NsHandle, path string) (string, error) {
+func readSysctlIn(t testing.TB, ns netns.NsHandle, path string) (string, error) {
 	t.Helper()
 	return netnstest.ReadSysctl(t, ns, path)
 }
