@@ -35,6 +35,12 @@ func TestAPIServerRollingRestart(t *testing.T) {
 			failures = append(failures, fmt.Sprintf("%s at %s: exit %d: %s", what, time.Now().Format("15:04:05.000"), r.code, strings.TrimSpace(r.stderr)))
 		}
 	}
+	// A Fatal below must not leave the load running: it would log after the test is over,
+	// which panics the whole suite.
+	t.Cleanup(func() {
+		stop.Store(true)
+		wg.Wait()
+	})
 	// A stream open across the restart.
 	var long result
 	wg.Go(func() { long = sandboxCmd(t, ns, "exec", "load", "--", "sh", "-c", "sleep 12; echo done") })
@@ -102,6 +108,7 @@ func TestControllerRollingRestart(t *testing.T) {
 	}
 	var names []string
 	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait) // its Errorf must come before the test is over, whatever ends it
 	wg.Go(func() {
 		for i := range 6 {
 			name := fmt.Sprintf("during-%d", i)
