@@ -225,6 +225,7 @@ func (n *Node) newPod(uid string) *pod {
 			return p.matcher
 		},
 		Learner: podLearner{n.filter, uid},
+		Cache:   dnsproxy.NewCache(dnsproxy.DefaultCacheSize),
 		Upstreams: func() []string {
 			n.mu.RLock()
 			defer n.mu.RUnlock()

@@ -65,6 +65,9 @@ type Handler struct {
 	Mark int
 	// Timeout bounds one upstream exchange; 0: DefaultTimeout.
 	Timeout time.Duration
+	// Cache keeps the pod's allowed answers for their TTL; nil: every allowed query goes to
+	// the upstreams.
+	Cache *Cache
 	// Observe is told every query's outcome (metrics and events): the canonical name (""
 	// without one), whether the policy allowed it, and the rcode answered. May be nil.
 	Observe func(qname string, allowed bool, rcode int)
@@ -105,12 +108,26 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 
 	_, tcp := w.RemoteAddr().(*net.TCPAddr)
-	resp, err := h.forward(r, tcp)
-	if err != nil {
-		klog.V(4).InfoS("No upstream answered", "qname", qname, "err", err)
-		h.reply(w, r, qname, true, dns.RcodeServerFailure)
-		return
+	var upstreams []string
+	if h.Upstreams != nil {
+		upstreams = h.Upstreams()
 	}
+	key := keyOf(r, upstreams)
+	resp := h.Cache.get(key)
+	cached := resp != nil
+	if cached {
+		// The client's question as it asked it (a resolver may randomize the case of names).
+		resp.Question = []dns.Question{q}
+	} else {
+		var err error
+		if resp, err = h.forward(r, upstreams, tcp); err != nil {
+			klog.V(4).InfoS("No upstream answered", "qname", qname, "err", err)
+			h.reply(w, r, qname, true, dns.RcodeServerFailure)
+			return
+		}
+	}
+	// A cached answer's addresses are learned again too, for what is left of their TTL: the
+	// filter may have let them expire, and the pod's policy may have changed since.
 	addrs, ttl := addresses(resp)
 	if len(d.Keys) > 0 && len(addrs) > 0 {
 		if err := h.learn(d.Keys, addrs, ttl+h.grace()); err != nil {
@@ -120,6 +137,9 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 			h.reply(w, r, qname, true, dns.RcodeServerFailure)
 			return
 		}
+	}
+	if !cached {
+		h.Cache.put(key, resp)
 	}
 	resp.Id = r.Id
 	if !tcp {
@@ -191,11 +211,7 @@ func (h *Handler) learn(keys []string, addrs []netip.Addr, ttl time.Duration) er
 }
 
 // forward asks the upstreams in order; the first good answer wins.
-func (h *Handler) forward(r *dns.Msg, tcp bool) (*dns.Msg, error) {
-	var upstreams []string
-	if h.Upstreams != nil {
-		upstreams = h.Upstreams()
-	}
+func (h *Handler) forward(r *dns.Msg, upstreams []string, tcp bool) (*dns.Msg, error) {
 	if len(upstreams) == 0 {
 		return nil, errors.New("no upstreams")
 	}
