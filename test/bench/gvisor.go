@@ -220,14 +220,7 @@ func (b *bench) pooledByRuntime(ctx context.Context) error {
 		g, r := quantile(times["gvisor"], q), quantile(times["runc"], q)
 		fmt.Printf("| pooled create → first exec, p%.0f (%d each, one at a time on a quiet node) | %s | %s | %.2f |\n", q*100, gvisorRuns, ms(g), ms(r), float64(g)/float64(r))
 	}
-	for _, part := range []struct {
-		name string
-		of   func(phases) time.Duration
-	}{
-		{"create (API call)", func(p phases) time.Duration { return p.create }},
-		{"created → Running (watch)", func(p phases) time.Duration { return p.running }},
-		{"first exec", func(p phases) time.Duration { return p.exec }},
-	} {
+	for _, part := range phaseParts {
 		var g, r []time.Duration
 		for i := range parts["gvisor"] {
 			g, r = append(g, part.of(parts["gvisor"][i])), append(r, part.of(parts["runc"][i]))
@@ -246,12 +239,7 @@ func (pb *poolBench) waitNoPodsStarting(ctx context.Context) error {
 		if err != nil {
 			return false, err
 		}
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !podReady(&p) {
-				return false, nil
-			}
-		}
-		return true, nil
+		return settled(pods.Items), nil
 	})
 }
 

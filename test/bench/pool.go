@@ -178,16 +178,19 @@ func (b *bench) pools(ctx context.Context) error {
 	return nil
 }
 
+// phaseParts are the parts of a createToExec, for the rows that say where its time went.
+var phaseParts = []struct {
+	name string
+	of   func(phases) time.Duration
+}{
+	{"create (API call)", func(p phases) time.Duration { return p.create }},
+	{"created → Running (watch)", func(p phases) time.Duration { return p.running }},
+	{"first exec", func(p phases) time.Duration { return p.exec }},
+}
+
 // printBreakdown prints where the time of createToExec went.
 func printBreakdown(ph []phases) {
-	for _, part := range []struct {
-		name string
-		of   func(phases) time.Duration
-	}{
-		{"create (API call)", func(p phases) time.Duration { return p.create }},
-		{"created → Running (watch)", func(p phases) time.Duration { return p.running }},
-		{"first exec", func(p phases) time.Duration { return p.exec }},
-	} {
+	for _, part := range phaseParts {
 		var d []time.Duration
 		for _, p := range ph {
 			d = append(d, part.of(p))
@@ -248,6 +251,17 @@ func (pb *poolBench) applyPool(ctx context.Context, runtimeClass string, idle, p
 
 // waitPoolFull waits until the pool has all its idle pods ready and no pod of the namespace is
 // starting or terminating, so that a phase starts on a quiet node.
+// settled reports whether every pod runs and is ready, and none is being deleted. (A pod that
+// runs but is not ready yet still changes: an idle phase would count its readiness as work.)
+func settled(pods []corev1.Pod) bool {
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !podReady(&p) {
+			return false
+		}
+	}
+	return true
+}
+
 // waitNoPodsGoing waits until no pod of the namespace is being deleted.
 func (pb *poolBench) waitNoPodsGoing(ctx context.Context) error {
 	return wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -284,15 +298,7 @@ func (pb *poolBench) waitPoolFull(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			settled := true
-			for _, p := range pods.Items {
-				if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !podReady(&p) {
-					// (A pod that runs but is not ready yet still changes: the idle phase
-					// would count its readiness as work.)
-					settled = false
-				}
-			}
-			if settled {
+			if settled(pods.Items) {
 				time.Sleep(2 * time.Second) // the last kubelet work settles
 				return nil
 			}
