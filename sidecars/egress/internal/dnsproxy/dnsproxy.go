@@ -112,8 +112,12 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	if h.Upstreams != nil {
 		upstreams = h.Upstreams()
 	}
-	key := keyOf(r, upstreams)
-	resp := h.Cache.get(key)
+	var key cacheKey
+	var resp *dns.Msg
+	if h.Cache != nil {
+		key = keyOf(r, upstreams)
+		resp = h.Cache.get(key)
+	}
 	cached := resp != nil
 	if cached {
 		// The client's question as it asked it (a resolver may randomize the case of names).
