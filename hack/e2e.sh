@@ -15,9 +15,40 @@ fi
 # stage is the step under way, for the summary a failure ends with: CI shows only the output's
 # last lines, so the cause must come after the cluster's shutdown, not before it.
 stage=build
+# diagnostics keeps what the cluster's parts said, before a shutdown takes it away: each pod of
+# kube-sandbox-system (and the container before its last restart) and the cluster's processes.
+diagnostics() {
+	local d=$OUT/diagnostics
+	rm -rf "$d" && mkdir -p "$d"
+	cp "$RUN"/logs/*.log "$d/" 2>/dev/null
+	local pod
+	for pod in $(KUBECONFIG=$ADMIN_KUBECONFIG kubectl -n kube-sandbox-system get pods -o name 2>/dev/null); do
+		KUBECONFIG=$ADMIN_KUBECONFIG kubectl -n kube-sandbox-system logs "$pod" --all-containers --timestamps >"$d/${pod#pod/}.log" 2>&1
+		KUBECONFIG=$ADMIN_KUBECONFIG kubectl -n kube-sandbox-system logs "$pod" --all-containers --timestamps --previous >"$d/${pod#pod/}.previous.log" 2>/dev/null ||
+			rm -f "$d/${pod#pod/}.previous.log"
+	done
+	KUBECONFIG=$ADMIN_KUBECONFIG kubectl get events -A --sort-by=.lastTimestamp >"$d/events.txt" 2>&1
+}
+
+# failed_tests prints the output of each failed top-level test: from its "=== RUN" to its
+# "--- FAIL", with the lines of its subtests and of its paused and continued runs (go test -v
+# interleaves parallel tests' output under "=== NAME" and "=== CONT" lines).
+failed_tests() {
+	awk '
+	/^=== (RUN|NAME|CONT|PAUSE)/ { split($3, n, "/"); cur = n[1] }
+	/^--- FAIL: / { split($3, n, "/"); failed[n[1]] = 1 }
+	/^(FAIL|ok|PASS)/ { cur = "" }
+	cur != "" { out[cur] = out[cur] $0 "\n"; if (++lines[cur] > 80) { sub(/^[^\n]*\n/, "", out[cur]) } }
+	END { for (t in failed) if (t in out) printf "%s", out[t] }
+	' "$1"
+}
+
 stop() {
 	local rc=$?
 	set +e # the summary is best effort
+	if [ "$rc" != 0 ] && [ $stage = test ]; then
+		diagnostics
+	fi
 	if [ $started = 1 ] && [ "${E2E_KEEP_CLUSTER:-0}" != 1 ]; then
 		log "stopping the cluster this run started (log: $OUT/down.log)"
 		"$ROOT/hack/cluster/down.sh" >"$OUT/down.log" 2>&1 || { tail -5 "$OUT/down.log"; log "down.sh failed"; }
@@ -29,8 +60,12 @@ stop() {
 			tail -40 "$OUT/up.log"
 			;;
 		test)
+			echo "---- the components' errors (all they logged: $OUT/diagnostics) ----"
+			# klog's error lines, and panics, of kube-sandbox's pods: the cause of a failure
+			# is often there rather than in the test's own words.
+			grep -hE '^[0-9T:.Z-]+ (E[0-9]{4} |panic:)' "$OUT"/diagnostics/sandbox-*.log 2>/dev/null | sort | tail -40 | cut -c1-400
 			echo "---- the failed tests (whole log: $OUT/e2e.log) ----"
-			grep -E -A12 -- '^\s*--- FAIL' "$OUT/e2e.log" | head -150
+			failed_tests "$OUT/e2e.log" | tail -200 | cut -c1-600
 			grep -E '^(FAIL|ok|panic:)' "$OUT/e2e.log"
 			;;
 		esac
