@@ -63,7 +63,7 @@ stop() {
 			echo "---- the components' errors (all they logged: $OUT/diagnostics) ----"
 			# klog's error lines, and panics, of kube-sandbox's pods: the cause of a failure
 			# is often there rather than in the test's own words.
-			grep -hE '^[0-9T:.Z-]+ (E[0-9]{4} |panic:)' "$OUT"/diagnostics/sandbox-*.log 2>/dev/null | sort | tail -40 | cut -c1-400
+			grep -hE '^[0-9T:.Z-]+ (E[0-9]{4} |panic:)' "$OUT"/diagnostics/sandbox-*.log 2>/dev/null | grep -v 'Error on socket receive' | sort | tail -40 | cut -c1-400
 			echo "---- the failed tests (whole log: $OUT/e2e.log) ----"
 			failed_tests "$OUT/e2e.log" | tail -200 | cut -c1-600
 			grep -E '^(FAIL|ok|panic:)' "$OUT/e2e.log"
