@@ -98,6 +98,8 @@ func (p *podNetwork) Link(ctx context.Context, uid string) (*podnet.Link, string
 	return l, path, nil
 }
 
+func (p *podNetwork) Verify(l *podnet.Link) error { return l.Verify() }
+
 func (p *podNetwork) Probe(path string, l *podnet.Link, pr podnet.Probe) error {
 	h, err := netns.GetFromPath(path)
 	if err != nil {

@@ -79,6 +79,9 @@ type PodNetwork interface {
 	// Link is the pod's host-side interface; an error wrapping podnet.ErrNotFound while the
 	// pod's sandbox does not exist yet.
 	Link(ctx context.Context, podUID string) (*podnet.Link, string, error)
+	// Verify checks, cheaply, that a link Link found is still the pod's interface: an error
+	// once the pod's sandbox is gone or was remade.
+	Verify(link *podnet.Link) error
 	// Probe sends one probe frame from inside the pod's network namespace (netnsPath).
 	Probe(netnsPath string, link *podnet.Link, p podnet.Probe) error
 }
@@ -128,6 +131,11 @@ type pod struct {
 	upstreams []string
 	iface     string // the interface its rules are on
 	proven    string // the interface the probe was seen from
+	// link and netnsPath are where the last sync found the pod's interface: the next sync
+	// takes them again once PodNetwork.Verify says they are still the pod's (finding them
+	// anew asks containerd, and a runsc shim runs runsc to answer: most of a gVisor claim).
+	link      *podnet.Link
+	netnsPath string
 	status    egressapi.Status
 	lastErr   error
 	// flowsClean: no outbound flow that cfg denies is open (its CutFlows succeeded, or cfg
@@ -318,6 +326,7 @@ func (n *Node) sync(ctx context.Context, uid string) error {
 		return nil
 	}
 	gone, ips, desired, applied, proven, flowsClean := p.gone, slices.Clone(p.ips), p.desired, p.cfg, p.proven, p.flowsClean
+	link, netnsPath := p.link, p.netnsPath
 	n.mu.RUnlock()
 
 	if gone {
@@ -354,18 +363,30 @@ func (n *Node) sync(ctx context.Context, uid string) error {
 		m, _ = egressapi.Compile(nil, egressapi.ActionDeny)
 	}
 
-	link, netnsPath, err := n.net.Link(ctx, uid)
-	if err != nil {
-		return n.failed(p, egressapi.ReasonPodNotFound, fmt.Errorf("find the interface of pod %s: %w", uid, err))
+	start := time.Now()
+	if link != nil {
+		if err := n.net.Verify(link); err != nil {
+			klog.V(2).InfoS("Finding a pod's interface again", "podUID", uid, "interface", link.Name, "err", err)
+			link = nil
+		}
 	}
+	if link == nil {
+		var err error
+		if link, netnsPath, err = n.net.Link(ctx, uid); err != nil {
+			return n.failed(p, egressapi.ReasonPodNotFound, fmt.Errorf("find the interface of pod %s: %w", uid, err))
+		}
+	}
+	linkTook := time.Since(start)
 	// An address that another pod held is that pod's no more (the pod went, its address was
 	// given again): its rules go first, or they would keep deciding for the address.
 	n.takeAddresses(p, ips)
 
+	filterStart := time.Now()
 	if _, err := n.filter.Sync(nodefilter.Pod{UID: uid, Iface: link.Name, IPs: ips}, m); err != nil {
 		n.metrics.updates.WithLabelValues("failed").Inc()
 		return n.failed(p, egressapi.ReasonApplyFailed, fmt.Errorf("install the rules of pod %s on %s: %w", uid, link.Name, err))
 	}
+	filterTook := time.Since(filterStart)
 	if proven != link.Name {
 		if err := n.prove(uid, netnsPath, link, ips); err != nil {
 			return n.failed(p, egressapi.ReasonUnverified, err)
@@ -403,9 +424,11 @@ func (n *Node) sync(ctx context.Context, uid string) error {
 		p.status = egressapi.Status{PodUID: uid, Revision: cfg.Revision, Generation: cfg.Generation,
 			AppliedAt: time.Now().UTC(), FlowsCut: cut, Interface: link.Name}
 		klog.InfoS("Egress policy in force", "pod", klog.KRef(p.namespace, p.name), "sandbox", sandboxRef(cfg),
-			"revision", cfg.Revision, "rules", len(cfg.Rules), "defaultAction", cfg.DefaultAction, "interface", link.Name, "flowsCut", cut)
+			"revision", cfg.Revision, "rules", len(cfg.Rules), "defaultAction", cfg.DefaultAction, "interface", link.Name, "flowsCut", cut,
+			"took", time.Since(start), "linkTook", linkTook, "filterTook", filterTook)
 	}
 	p.cfg, p.matcher, p.upstreams, p.iface, p.proven, p.lastErr, p.flowsClean = cfg, m, upstreams, link.Name, link.Name, nil, clean
+	p.link, p.netnsPath = link, netnsPath
 	close(p.changed)
 	p.changed = make(chan struct{})
 	return nil
@@ -536,6 +559,7 @@ func sandboxRef(cfg *egressapi.Config) klog.ObjectRef {
 // Push makes cfg the pod's policy and waits until it is in force (or ctx ends): the
 // controller's PUT.
 func (n *Node) Push(ctx context.Context, cfg *egressapi.Config) (*egressapi.Status, error) {
+	received := time.Now()
 	if err := egressapi.ValidateConfig(cfg); err != nil {
 		return nil, &InvalidConfig{err}
 	}
@@ -562,7 +586,9 @@ func (n *Node) Push(ctx context.Context, cfg *egressapi.Config) (*egressapi.Stat
 		}
 		n.queue.Add(cfg.PodUID)
 	}
-	return n.awaitInForce(ctx, p, cfg.Revision)
+	st, err := n.awaitInForce(ctx, p, cfg.Revision)
+	klog.V(2).InfoS("Answered a push", "podUID", cfg.PodUID, "revision", cfg.Revision, "took", time.Since(received), "err", err)
+	return st, err
 }
 
 // InvalidConfig is a Config that no agent would apply.

@@ -89,6 +89,12 @@ func (f *fakeFilter) matcher(uid string) *egressapi.Matcher {
 	return f.rules[uid]
 }
 
+func (f *fakeFilter) pod(uid string) nodefilter.Pod {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pods[uid]
+}
+
 // fakeNet finds pods by UID; blind: probes never reach the filter (a datapath that bypasses
 // netfilter).
 type fakeNet struct {
@@ -96,16 +102,36 @@ type fakeNet struct {
 	mu    sync.Mutex
 	links map[string]*podnet.Link
 	blind bool
+	finds int // Link calls
 }
 
 func (n *fakeNet) Link(_ context.Context, uid string) (*podnet.Link, string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.finds++
 	l, ok := n.links[uid]
 	if !ok {
 		return nil, "", fmt.Errorf("pod %s: %w", uid, podnet.ErrNotFound)
 	}
 	return l, "/var/run/netns/" + uid, nil
+}
+
+// Verify knows a link by its pointer: add makes a new one (the pod's sandbox remade).
+func (n *fakeNet) Verify(l *podnet.Link) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, have := range n.links {
+		if have == l {
+			return nil
+		}
+	}
+	return errors.New("no such link")
+}
+
+func (n *fakeNet) findCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.finds
 }
 
 func (n *fakeNet) Probe(path string, l *podnet.Link, p podnet.Probe) error {
@@ -202,6 +228,46 @@ func TestWaitDenyAllFirst(t *testing.T) {
 	// A wait for the first revision is answered by the pushed one, which supersedes it.
 	if st, err := n.Wait(ctx, "a", denyAll("a").Revision); err != nil || st.Revision != cfg.Revision {
 		t.Errorf("wait after the push: %+v, %v", st, err)
+	}
+}
+
+// TestLinkFoundOnce: a pod's interface is found once, and verified on each later sync; a pod
+// whose sandbox was remade (another interface) is found again, and its rules move there.
+func TestLinkFoundOnce(t *testing.T) {
+	n := newTestNode(t, t.TempDir())
+	n.run(t)
+	n.net.add("a", "veth-a")
+	n.ObservePod(sandboxPod("a", "10.244.0.10"))
+	push := func(to ...string) *egressapi.Status {
+		t.Helper()
+		ctx, cancel := within(10 * time.Second)
+		defer cancel()
+		st, err := n.Push(ctx, allowConfig("a", to...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	push("pypi.org")
+	first := n.net.findCount()
+	if first == 0 {
+		t.Fatal("the pod's interface was never looked up")
+	}
+	push("github.com")
+	push("pypi.org", "github.com")
+	if got := n.net.findCount(); got != first {
+		t.Errorf("interface look-ups after two more pushes: %d, want still %d", got, first)
+	}
+
+	n.net.add("a", "veth-a2")
+	if st := push("example.com"); st.Interface != "veth-a2" {
+		t.Errorf("status after the sandbox was remade: %+v, want veth-a2", st)
+	}
+	if got := n.net.findCount(); got != first+1 {
+		t.Errorf("interface look-ups after the sandbox was remade: %d, want %d", got, first+1)
+	}
+	if got := n.f.pod("a"); got.Iface != "veth-a2" {
+		t.Errorf("the filter has the pod on %q, want veth-a2", got.Iface)
 	}
 }
 

@@ -217,6 +217,10 @@ func TestNetNSPathAgainstContainerd(t *testing.T) {
 		if err != nil || path != nsPath(n.pod) {
 			t.Fatalf("NetNSPath: %q, %v; want the running one's %s", path, err, nsPath(n.pod))
 		}
+		// The node agent's way in: through the running task's process.
+		if got, err := r.NetNS(t.Context(), uid); err != nil || got != fmt.Sprintf("/proc/%d/ns/net", task.Pid()) {
+			t.Errorf("NetNS: %q, %v; want /proc/%d/ns/net", got, err, task.Pid())
+		}
 		// And from there to the host side, as the node agent goes.
 		var l *Link
 		if err := inNS(n.node, func() (err error) { l, err = HostLinkAt(path); return err }); err != nil {

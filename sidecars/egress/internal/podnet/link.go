@@ -35,6 +35,10 @@ type Link struct {
 	// PodAddrs are the addresses other than link-local ones on the pod's interface, as the
 	// pod's kernel has them: none for a gVisor pod, whose netstack holds them.
 	PodAddrs []netip.Addr
+
+	// What Verify checks besides the above: the host side's peer (the pod's interface's
+	// index, in the pod's namespace) and that namespace's ID in the node's.
+	peerIndex, peerNetNsID int
 }
 
 // NextHopMAC is the MAC the pod's frames to the node are addressed to: the bridge's for a
@@ -117,6 +121,9 @@ func HostLink(podNetNS netns.NsHandle, nodeNetNS netns.NsHandle) (*Link, error) 
 		MAC:       clone(ha.HardwareAddr),
 		PodIfName: pa.Name,
 		PodMAC:    clone(pa.HardwareAddr),
+
+		peerIndex:   pa.Index,
+		peerNetNsID: podID,
 	}
 	if ha.MasterIndex != 0 {
 		m, err := hn.LinkByIndex(ha.MasterIndex)
@@ -153,6 +160,28 @@ func HostLinkAt(path string) (*Link, error) {
 	}
 	defer ns.Close()
 	return HostLink(ns, netns.None())
+}
+
+// Verify checks that l is still the pod's host-side interface, from the calling thread's
+// namespace (the node's): the interface at l.Index is a veth with l's name and MAC, whose peer
+// is the pod's interface in the same namespace as when HostLink found it. One netlink request,
+// where HostLink takes several and a look-up of the pod's namespace before them; an error once
+// the pod's namespace is gone or its sandbox was remade (the runtime's CNI deletes the veth
+// with it, and a new one has another index), which HostLink then finds again.
+func (l *Link) Verify() error {
+	if l.Index == 0 || l.peerIndex == 0 {
+		return errors.New("podnet: the link was not found by HostLink")
+	}
+	got, err := netlink.LinkByIndex(l.Index)
+	if err != nil {
+		return fmt.Errorf("podnet: %s (index %d): %w", l.Name, l.Index, err)
+	}
+	a := got.Attrs()
+	if got.Type() != "veth" || a.Name != l.Name || a.HardwareAddr.String() != l.MAC.String() ||
+		a.ParentIndex != l.peerIndex || a.NetNsID != l.peerNetNsID {
+		return fmt.Errorf("podnet: the interface at index %d is no longer %s, the peer of the pod's %s", l.Index, l.Name, l.PodIfName)
+	}
+	return nil
 }
 
 // podLink is the pod's interface: eth0, which must be a veth, or the namespace's only veth.

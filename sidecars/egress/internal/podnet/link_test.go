@@ -10,6 +10,76 @@ import (
 	"github.com/vishvananda/netns"
 )
 
+// linkCmp compares Links, their unexported fields too.
+var linkCmp = cmp.Options{cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmp.AllowUnexported(Link{})}
+
+func netNsID(t *testing.T, h *netlink.Handle, ns netns.NsHandle) int {
+	t.Helper()
+	id, err := h.GetNetNsIdByFd(int(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestLinkVerify(t *testing.T) {
+	requireRoot(t)
+	n := newPodNet(t, true, "eth0")
+	hp, hn := handle(t, n.pod), handle(t, n.node)
+	find := func() *Link {
+		t.Helper()
+		var l *Link
+		if err := inNS(n.node, func() (err error) { l, err = HostLinkAt(nsPath(n.pod)); return err }); err != nil {
+			t.Fatalf("HostLinkAt: %v", err)
+		}
+		return l
+	}
+	verify := func(l *Link) error { return inNS(n.node, l.Verify) }
+
+	l := find()
+	if err := verify(l); err != nil {
+		t.Fatalf("Verify of the link just found: %v", err)
+	}
+	if err := verify(&Link{Name: l.Name, Index: l.Index, MAC: l.MAC}); err == nil {
+		t.Error("Verify of a Link that HostLink did not find: no error")
+	}
+	for name, change := range map[string]func(*Link){
+		"another name": func(l *Link) { l.Name = "vethother" },
+		"another MAC":  func(l *Link) { l.MAC = bridgeMAC },
+		"another peer": func(l *Link) { l.peerIndex++ },
+	} {
+		c := *l
+		change(&c)
+		if err := verify(&c); err == nil {
+			t.Errorf("Verify of the link with %s: no error", name)
+		}
+	}
+
+	// The pod's sandbox remade: its veth deleted and another one made, with the same names.
+	if err := hn.LinkDel(link(t, hn, hostVeth)); err != nil {
+		t.Fatal(err)
+	}
+	if err := verify(l); err == nil {
+		t.Error("Verify after the veth was deleted: no error")
+	}
+	if err := hp.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: hostVeth}); err != nil {
+		t.Fatalf("add veth: %v", err)
+	}
+	if err := hp.LinkSetNsFd(link(t, hp, hostVeth), int(n.node)); err != nil {
+		t.Fatalf("move veth end: %v", err)
+	}
+	if err := verify(l); err == nil {
+		t.Error("Verify after the veth was made again: no error")
+	}
+	again := find()
+	if again.Index == l.Index {
+		t.Fatalf("the new veth has the old one's index %d", l.Index)
+	}
+	if err := verify(again); err != nil {
+		t.Errorf("Verify of the link found again: %v", err)
+	}
+}
+
 func TestHostLink(t *testing.T) {
 	requireRoot(t)
 	tests := []struct {
@@ -42,6 +112,7 @@ func TestHostLink(t *testing.T) {
 			want := &Link{
 				Name: hostVeth, Index: host.Attrs().Index, MAC: host.Attrs().HardwareAddr,
 				PodIfName: tt.podIfName, PodMAC: pod.Attrs().HardwareAddr, PodAddrs: tt.want,
+				peerIndex: pod.Attrs().Index, peerNetNsID: netNsID(t, hn, n.pod),
 			}
 			if tt.bridged {
 				want.Bridge, want.BridgeMAC = bridge, bridgeMAC
@@ -51,7 +122,7 @@ func TestHostLink(t *testing.T) {
 			if err != nil {
 				t.Fatalf("HostLink: %v", err)
 			}
-			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+			if diff := cmp.Diff(want, got, linkCmp); diff != "" {
 				t.Errorf("HostLink (-want +got):\n%s", diff)
 			}
 			next := want.MAC
@@ -71,7 +142,7 @@ func TestHostLink(t *testing.T) {
 				var got *Link
 				if err := inNS(n.node, func() (err error) { got, err = call(); return err }); err != nil {
 					t.Errorf("%s: %v", name, err)
-				} else if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				} else if diff := cmp.Diff(want, got, linkCmp); diff != "" {
 					t.Errorf("%s (-want +got):\n%s", name, diff)
 				}
 			}
