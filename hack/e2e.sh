@@ -64,6 +64,10 @@ stop() {
 			# klog's error lines, and panics, of kube-sandbox's pods: the cause of a failure
 			# is often there rather than in the test's own words.
 			grep -hE '^[0-9T:.Z-]+ (E[0-9]{4} |panic:)' "$OUT"/diagnostics/sandbox-*.log 2>/dev/null | grep -v 'Error on socket receive' | sort | tail -40 | cut -c1-400
+			# k8s.io/apiserver traces a request that took long, step by step: the kube-apiserver's
+			# and sandbox-apiserver's say where a timed-out one waited.
+			echo "---- slow requests, as the API servers traced them ----"
+			grep -h 'Trace\[' "$OUT"/diagnostics/*.log 2>/dev/null | tail -40 | cut -c1-400
 			echo "---- the failed tests (whole log: $OUT/e2e.log) ----"
 			failed_tests "$OUT/e2e.log" | tail -200 | cut -c1-600
 			grep -E '^(FAIL|ok|panic:)' "$OUT/e2e.log"
