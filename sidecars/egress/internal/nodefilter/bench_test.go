@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -22,6 +23,46 @@ func BenchmarkClaim(b *testing.B) {
 }
 
 func benchmarkClaim(b *testing.B, n int) {
+	f, pods, denyAll, own := benchFilter(b, n)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		p := pods[i%n]
+		for _, m := range []*egressapi.Matcher{own, denyAll} {
+			if changed, err := f.Sync(p, m); err != nil || !changed {
+				b.Fatalf("sync %s: changed %v, %v", p.UID, changed, err)
+			}
+		}
+	}
+}
+
+// BenchmarkLearn is what the DNS proxy's answer of a name it had not seen costs the filter: an
+// address learned for a pod's key (a set element, one commit), on a node of sandboxes. Run as
+// root:
+//
+//	go test -run '^$' -bench Learn ./sidecars/egress/internal/nodefilter/
+func BenchmarkLearn(b *testing.B) {
+	for _, n := range []int{10, 200} {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			f, pods, _, own := benchFilter(b, n)
+			for _, p := range pods {
+				if _, err := f.Sync(p, own); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				addr := netip.AddrFrom4([4]byte{198, 18 + byte(i>>16&1), byte(i >> 8), byte(i)})
+				if err := f.Learn(pods[i%n].UID, "*.pythonhosted.org", []netip.Addr{addr}, time.Minute); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchFilter is a filter in a namespace of its own with n pods on a bridge, each denied
+// everything, and the two policies the benchmarks switch between.
+func benchFilter(b *testing.B, n int) (f *Filter, pods []Pod, denyAll, own *egressapi.Matcher) {
 	requireRoot(b)
 	node := newNS(b)
 	h := handle(b, node)
@@ -39,18 +80,17 @@ func benchmarkClaim(b *testing.B, n int) {
 	}
 	b.Cleanup(func() { _ = f.Close() })
 
-	denyAll, err := egressapi.Compile(nil, egressapi.ActionDeny)
-	if err != nil {
+	if denyAll, err = egressapi.Compile(nil, egressapi.ActionDeny); err != nil {
 		b.Fatal(err)
 	}
-	own, err := egressapi.Compile([]egressapi.Rule{
+	own, err = egressapi.Compile([]egressapi.Rule{
 		allow("pypi.org", tcp(443)), allow("*.pythonhosted.org", tcp(443)), allow("github.com"),
 		allow("10.0.0.0/8", tcp(8080)), deny("169.254.169.254"),
 	}, egressapi.ActionDeny)
 	if err != nil {
 		b.Fatal(err)
 	}
-	pods := make([]Pod, n)
+	pods = make([]Pod, n)
 	for i := range pods {
 		name := fmt.Sprintf("veth%d", i)
 		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, MasterIndex: mustIndex(b, h, "br0")}, PeerName: "p" + name}); err != nil {
@@ -64,15 +104,7 @@ func benchmarkClaim(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 	}
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		p := pods[i%n]
-		for _, m := range []*egressapi.Matcher{own, denyAll} {
-			if changed, err := f.Sync(p, m); err != nil || !changed {
-				b.Fatalf("sync %s: changed %v, %v", p.UID, changed, err)
-			}
-		}
-	}
+	return f, pods, denyAll, own
 }
 
 func mustIndex(b *testing.B, h *netlink.Handle, name string) int {
