@@ -21,7 +21,6 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
-	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/network"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
@@ -223,8 +222,8 @@ func NewCmdCreate(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.
 	cmd.Flags().BoolVar(&o.Task, "task", o.Task, "Run the command after -- as each replica's task (spec.taskTemplate), once its pod is ready, instead of as the entrypoint.")
 	cmd.Flags().StringVar(&o.TaskRestart, "task-restart", o.TaskRestart, "With --task: Never (the default: a failed attempt fails the task) or OnFailure (retry it, up to --backoff-limit times).")
 	_ = cmd.RegisterFlagCompletionFunc("task-restart", cobra.FixedCompletions(
-		[]string{string(controlv1alpha1.TaskRestartNever), string(controlv1alpha1.TaskRestartOnFailure)}, cobra.ShellCompDirectiveNoFileComp))
-	cmd.Flags().Int32Var(&o.BackoffLimit, "backoff-limit", o.BackoffLimit, fmt.Sprintf("With --task-restart=OnFailure: how many times a failed task is retried (0-%d; default %d).", maxBackoffLimit, controlv1alpha1.DefaultTaskBackoffLimit))
+		[]string{sandboxv1alpha1.TaskRestartNever, sandboxv1alpha1.TaskRestartOnFailure}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().Int32Var(&o.BackoffLimit, "backoff-limit", o.BackoffLimit, fmt.Sprintf("With --task-restart=OnFailure: how many times a failed task is retried (0-%d; default %d).", maxBackoffLimit, sandboxv1alpha1.DefaultTaskBackoffLimit))
 	cmd.Flags().DurationVar(&o.TaskTimeout, "task-timeout", o.TaskTimeout, "With --task: fail an attempt that runs longer than this (like 30m; whole seconds). Default: no limit.")
 	cmd.Flags().StringArrayVar(&o.TaskEnv, "task-env", o.TaskEnv, "With --task: an environment variable of the task only, KEY=VALUE; repeat for more.")
 	cmd.Flags().BoolVar(&o.Release, "release", o.Release, "With --task: release each replica's pod (delete it, or recycle it as its pool says) once its task has ended, its log with it, instead of keeping it until the sandbox is deleted.")
@@ -375,15 +374,15 @@ func (o *CreateOptions) task() (*sandboxv1alpha1.SandboxTaskTemplate, error) {
 	task := &sandboxv1alpha1.SandboxTaskTemplate{Command: o.Entrypoint}
 	switch {
 	case o.TaskRestart == "":
-	case strings.EqualFold(o.TaskRestart, string(controlv1alpha1.TaskRestartNever)):
-		task.RestartPolicy = string(controlv1alpha1.TaskRestartNever)
-	case strings.EqualFold(o.TaskRestart, string(controlv1alpha1.TaskRestartOnFailure)):
-		task.RestartPolicy = string(controlv1alpha1.TaskRestartOnFailure)
+	case strings.EqualFold(o.TaskRestart, sandboxv1alpha1.TaskRestartNever):
+		task.RestartPolicy = sandboxv1alpha1.TaskRestartNever
+	case strings.EqualFold(o.TaskRestart, sandboxv1alpha1.TaskRestartOnFailure):
+		task.RestartPolicy = sandboxv1alpha1.TaskRestartOnFailure
 	default:
 		return nil, fmt.Errorf("invalid --task-restart %q: must be Never or OnFailure", o.TaskRestart)
 	}
 	if slices.Contains(o.taskFlags, "backoff-limit") {
-		if task.RestartPolicy != string(controlv1alpha1.TaskRestartOnFailure) {
+		if task.RestartPolicy != sandboxv1alpha1.TaskRestartOnFailure {
 			return nil, fmt.Errorf("--backoff-limit requires --task-restart=OnFailure: otherwise a failed task is not retried")
 		}
 		if o.BackoffLimit < 0 || o.BackoffLimit > maxBackoffLimit {
@@ -475,7 +474,7 @@ func (o *CreateOptions) Sandbox() *sandboxv1alpha1.Sandbox {
 		// The words after -- are the task; the container runs execd alone, waiting for it.
 		sb.Spec.TaskTemplate = o.taskTemplate.DeepCopy()
 		if o.Release {
-			sb.Spec.TaskResourcePolicyWhenCompleted = string(controlv1alpha1.TaskResourceRelease)
+			sb.Spec.TaskResourcePolicyWhenCompleted = sandboxv1alpha1.TaskResourceRelease
 		}
 	} else {
 		sb.Spec.Entrypoint = o.Entrypoint

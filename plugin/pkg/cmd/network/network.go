@@ -19,16 +19,15 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
-	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
 // ConditionEgressReady is the condition that tells whether a sandbox's pods enforce its current
 // policy.
-const ConditionEgressReady = controlv1alpha1.ConditionEgressReady
+const ConditionEgressReady = sandboxv1alpha1.ConditionEgressReady
 
 // reasonPolicyFailed is EgressReady's reason when a pod refused or failed to apply the policy.
-const reasonPolicyFailed = controlv1alpha1.ReasonPolicyFailed
+const reasonPolicyFailed = sandboxv1alpha1.ReasonPolicyFailed
 
 // Output formats of show besides the description.
 const (

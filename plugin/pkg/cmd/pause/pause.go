@@ -15,7 +15,6 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
-	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -198,8 +197,8 @@ func Reached(sb *sandboxv1alpha1.Sandbox, want sandboxv1alpha1.SandboxPhase) (bo
 	case sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.PhaseExpired, sandboxv1alpha1.PhaseTerminating:
 		return false, fmt.Errorf("sandbox %q is %s%s", sb.Name, phase, why(sb))
 	}
-	if c := meta.FindStatusCondition(sb.Status.Conditions, controlv1alpha1.ConditionPaused); c != nil &&
-		c.Reason == controlv1alpha1.ReasonPauseNotSupported && c.ObservedGeneration == sb.Generation {
+	if c := meta.FindStatusCondition(sb.Status.Conditions, sandboxv1alpha1.ConditionPaused); c != nil &&
+		c.Reason == sandboxv1alpha1.ReasonPauseNotSupported && c.ObservedGeneration == sb.Generation {
 		return false, fmt.Errorf("sandbox %q cannot pause: %s", sb.Name, c.Message)
 	}
 	return false, nil
@@ -207,7 +206,7 @@ func Reached(sb *sandboxv1alpha1.Sandbox, want sandboxv1alpha1.SandboxPhase) (bo
 
 // why is the reason of the Paused condition, else of Ready, for a message.
 func why(sb *sandboxv1alpha1.Sandbox) string {
-	for _, t := range []string{controlv1alpha1.ConditionPaused, controlv1alpha1.ConditionReady} {
+	for _, t := range []string{sandboxv1alpha1.ConditionPaused, sandboxv1alpha1.ConditionReady} {
 		if c := meta.FindStatusCondition(sb.Status.Conditions, t); c != nil && c.Status != metav1.ConditionTrue {
 			return fmt.Sprintf(" (%s %s: %s)", t, c.Reason, c.Message)
 		}

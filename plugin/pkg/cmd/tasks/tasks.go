@@ -20,7 +20,6 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
-	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -199,7 +198,7 @@ func Table(sb *sandboxv1alpha1.Sandbox, now time.Time) *metav1.Table {
 	for _, r := range indexes {
 		t, ok := byReplica[r]
 		if !ok {
-			t = sandboxv1alpha1.SandboxTaskStatus{Replica: r, Phase: string(controlv1alpha1.TaskPending)}
+			t = sandboxv1alpha1.SandboxTaskStatus{Replica: r, Phase: sandboxv1alpha1.TaskPhasePending}
 		}
 		table.Rows = append(table.Rows, metav1.TableRow{
 			// The pod of the status's pods before the task has one: where it will run.
@@ -231,7 +230,7 @@ func taskDuration(t sandboxv1alpha1.SandboxTaskStatus, now time.Time) string {
 		return none
 	case t.FinishTime != nil:
 		return duration.HumanDuration(t.FinishTime.Sub(t.StartTime.Time))
-	case controlv1alpha1.TaskPhase(t.Phase).Final():
+	case sandboxv1alpha1.TaskPhaseFinal(t.Phase):
 		return none
 	}
 	return duration.HumanDuration(now.Sub(t.StartTime.Time))

@@ -8,11 +8,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/metadata"
 
-	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 )
 
 // PoolsResource is the resource of the warm pools that sandboxes take pods from.
-var PoolsResource = controlv1alpha1.SchemeGroupVersion.WithResource("pools")
+var PoolsResource = sandboxv1alpha1.PoolsResource
 
 // SandboxNameCompletion completes sandbox names of the current namespace for shell completion
 // (kubectl runs a kubectl_complete-sandbox helper that calls `kubectl-sandbox __complete`).

@@ -19,7 +19,6 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
-	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -32,7 +31,7 @@ const forDelete = "delete"
 
 // forTasksComplete is the --for value that waits for every replica's task to have ended:
 // short for condition=TasksComplete.
-const forTasksComplete = controlv1alpha1.ConditionTasksComplete
+const forTasksComplete = sandboxv1alpha1.ConditionTasksComplete
 
 // forCondition starts the --for value condition=TYPE[=STATUS], as kubectl wait's.
 const forCondition = "condition="
@@ -147,7 +146,7 @@ func NewCmdWait(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Co
 	cmd.Flags().StringVar(&o.For, "for", o.For, "What to wait for: a phase (Pending, Running, Succeeded, Failed or Expired; any case), TasksComplete, condition=TYPE[=STATUS], or delete.")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "How long to wait for all the sandboxes (like 30s or 5m). Zero checks once without waiting; negative waits without limit.")
 	_ = cmd.RegisterFlagCompletionFunc("for", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		values := []string{forDelete, forTasksComplete, forCondition + controlv1alpha1.ConditionTasksFailed}
+		values := []string{forDelete, forTasksComplete, forCondition + sandboxv1alpha1.ConditionTasksFailed}
 		for _, p := range phases {
 			values = append(values, string(p))
 		}
@@ -192,7 +191,7 @@ func (o *WaitOptions) Validate(cmd *cobra.Command) error {
 		return nil
 	}
 	if strings.EqualFold(o.For, forTasksComplete) {
-		o.conditionType, o.conditionStatus = controlv1alpha1.ConditionTasksComplete, string(metav1.ConditionTrue)
+		o.conditionType, o.conditionStatus = sandboxv1alpha1.ConditionTasksComplete, string(metav1.ConditionTrue)
 		return nil
 	}
 	if len(o.For) >= len(forCondition) && strings.EqualFold(o.For[:len(forCondition)], forCondition) {
@@ -290,7 +289,7 @@ func (o *WaitOptions) met(sb *sandboxv1alpha1.Sandbox, uid types.UID) (bool, err
 	} else if phase == o.phase {
 		return true, nil
 	}
-	tasksComplete := strings.EqualFold(o.conditionType, controlv1alpha1.ConditionTasksComplete) && strings.EqualFold(o.conditionStatus, string(metav1.ConditionTrue))
+	tasksComplete := strings.EqualFold(o.conditionType, sandboxv1alpha1.ConditionTasksComplete) && strings.EqualFold(o.conditionStatus, string(metav1.ConditionTrue))
 	if o.phase != sandboxv1alpha1.PhaseRunning && o.phase != sandboxv1alpha1.PhaseSucceeded && !tasksComplete {
 		return false, nil
 	}
@@ -327,7 +326,7 @@ func condition(sb *sandboxv1alpha1.Sandbox, typ string) *metav1.Condition {
 // failedReason says why a sandbox failed: its tasks' when one failed for good, else the Ready
 // condition's.
 func failedReason(sb *sandboxv1alpha1.Sandbox) string {
-	if c := condition(sb, controlv1alpha1.ConditionTasksFailed); c != nil && c.Status == metav1.ConditionTrue {
+	if c := condition(sb, sandboxv1alpha1.ConditionTasksFailed); c != nil && c.Status == metav1.ConditionTrue {
 		return conditionReason(c)
 	}
 	return readyReason(sb)
