@@ -18,7 +18,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
 )
 
 // Credentials are sandbox-apiserver's certificate and the kube-sandbox CA, from the Secret that

@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 

@@ -27,8 +27,8 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/openapi"
 	sandboxregistry "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/registry/sandbox"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
 )
 
 // Options are the flags of sandbox-apiserver.

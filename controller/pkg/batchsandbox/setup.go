@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 )
 
 // DefaultMaxConcurrentReconciles: reconciles mostly wait for the kube-apiserver and execd, so

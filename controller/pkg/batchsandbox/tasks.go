@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/shard"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxevents"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/shard"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/tasks"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"

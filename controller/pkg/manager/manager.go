@@ -30,15 +30,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/batchsandbox"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/certrotation"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pool"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/snapshot"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/tasks"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
@@ -275,7 +276,7 @@ func (o *Options) Run(ctx context.Context) error {
 	checker.SnapshotRegistry = o.SnapshotRegistry
 	checker.RuntimeClass = o.DefaultRuntimeClass
 	authority := pki.NewAuthority(nil)
-	if err := (&pki.Reconciler{
+	if err := (&certrotation.Reconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Authority: authority, Namespace: o.PKINamespace,
 		CASecret: o.CASecret, APIServerSecret: o.APIServerSecret, APIServerService: o.APIServerService,
 		APIService: o.APIService, Manage: o.ManagePKI, CALifetime: o.CALifetime, CertificateLifetime: o.CertificateLifetime,

@@ -24,12 +24,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
 )
 
 const (

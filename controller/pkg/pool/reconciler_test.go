@@ -18,10 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/admission"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pki"
 )
 
 func newReconciler(t *testing.T, clock *clocktesting.FakeClock, objs ...client.Object) (*Reconciler, client.Client) {

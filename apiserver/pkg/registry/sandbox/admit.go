@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/admission"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/shard"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/admission"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/shard"
 )
 
 // Admitter admits what a sandbox's pods may be, as the kube-apiserver admits a pod: a template

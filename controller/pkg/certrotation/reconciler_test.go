@@ -1,4 +1,4 @@
-package pki
+package certrotation
 
 import (
 	"context"
@@ -25,116 +25,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 var start = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-
-func TestIssue(t *testing.T) {
-	ca, err := NewCA("ca", start, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _ := GenerateKey()
-	cert, err := ca.Issue(Leaf{CommonName: "x", DNSNames: []string{"a.example"}, ServerAuth: true, ClientAuth: true, Lifetime: 48 * time.Hour}, &key.PublicKey, start)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !cert.NotAfter.Equal(ca.Cert.NotAfter) {
-		t.Errorf("NotAfter %v, want capped at the CA's %v", cert.NotAfter, ca.Cert.NotAfter)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
-		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "a.example", CurrentTime: start, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-			t.Errorf("verify for %v: %v", usage, err)
-		}
-	}
-	if _, err := ca.Issue(Leaf{CommonName: "x", Lifetime: time.Hour}, &key.PublicKey, start); err == nil {
-		t.Error("a certificate for nothing was issued")
-	}
-}
-
-func TestParse(t *testing.T) {
-	ca, _ := NewCA("ca", start, time.Hour)
-	other, _ := NewCA("other", start, time.Hour)
-	keyPEM, _ := EncodeKey(ca.Key)
-	otherKeyPEM, _ := EncodeKey(other.Key)
-	if got, err := ParseCA(EncodeCerts(ca.Cert), keyPEM); err != nil || !got.Cert.Equal(ca.Cert) {
-		t.Errorf("ParseCA: %v", err)
-	}
-	if _, err := ParseCA(EncodeCerts(ca.Cert), otherKeyPEM); err == nil {
-		t.Error("ParseCA took another CA's key")
-	}
-	key, _ := GenerateKey()
-	leaf, _ := ca.Issue(Leaf{CommonName: "leaf", ClientAuth: true, Lifetime: time.Hour}, &key.PublicKey, start)
-	leafKey, _ := EncodeKey(key)
-	if _, err := ParseCA(EncodeCerts(leaf), leafKey); err == nil {
-		t.Error("ParseCA took a leaf certificate")
-	}
-	if certs, _, err := ParseKeyPair(EncodeCerts(leaf, ca.Cert), leafKey); err != nil || len(certs) != 2 {
-		t.Errorf("ParseKeyPair: %v", err)
-	}
-	if _, _, err := ParseKeyPair(EncodeCerts(leaf), keyPEM); err == nil {
-		t.Error("ParseKeyPair took another key")
-	}
-}
-
-func TestAuthority(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(start)
-	a := NewAuthority(clk)
-	if _, err := a.Bundle(); err == nil {
-		t.Error("Bundle() before a CA")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
-	defer cancel()
-	if err := a.Wait(ctx); err == nil {
-		t.Error("Wait() returned before a CA")
-	}
-	current, _ := NewCA("current", start, 10*time.Hour)
-	previous, _ := NewCA("previous", start.Add(-time.Hour), 10*time.Hour)
-	a.Set(current, previous)
-	if err := a.Wait(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	bundle, _ := a.Bundle()
-	certs, _ := certutil.ParseCertsPEM(bundle)
-	if len(certs) != 2 || !certs[0].Equal(current.Cert) || !certs[1].Equal(previous.Cert) {
-		t.Errorf("bundle holds %d certificates, want the current CA then the previous", len(certs))
-	}
-
-	// A server that trusts only one of them gets a client certificate of that one.
-	for name, ca := range map[string]*CA{"current": current, "previous": previous} {
-		cri := &tls.CertificateRequestInfo{AcceptableCAs: [][]byte{ca.Cert.RawSubject}, Version: tls.VersionTLS13,
-			SignatureSchemes: []tls.SignatureScheme{tls.ECDSAWithP256AndSHA256}}
-		c, err := a.GetClientCertificate(cri)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Leaf.CheckSignatureFrom(ca.Cert); err != nil || c.Leaf.Subject.CommonName != execdapi.ControllerIdentity {
-			t.Errorf("a server trusting the %s CA got %q, not from it: %v", name, c.Leaf.Subject.CommonName, err)
-		}
-	}
-
-	key, _ := GenerateKey()
-	chain, cert, err := a.IssuePodCertificate(&key.PublicKey, "0f1e-uid", "ns", "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]string{execdapi.PodServerName("0f1e-uid")}, cert.DNSNames); diff != "" {
-		t.Errorf("pod certificate names (-want +got):\n%s", diff)
-	}
-	if parsed, _ := certutil.ParseCertsPEM(chain); len(parsed) != 2 || !parsed[1].Equal(current.Cert) {
-		t.Error("the pod's chain does not end with the current CA")
-	}
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: a.RootCAs(), DNSName: execdapi.PodServerName("0f1e-uid"), CurrentTime: start}); err != nil {
-		t.Errorf("pod certificate does not verify for its pod: %v", err)
-	}
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: a.RootCAs(), DNSName: execdapi.PodServerName("other-uid"), CurrentTime: start}); err == nil {
-		t.Error("pod certificate verifies for another pod")
-	}
-}
 
 // pkiEnv is a Reconciler on a fake client that counts its writes.
 type pkiEnv struct {
@@ -167,9 +63,9 @@ func newPKIEnv(t *testing.T, manage bool, objs ...client.Object) *pkiEnv {
 			return c.Patch(ctx, obj, p, opts...)
 		},
 	}).Build()
-	e.r = &Reconciler{Client: e.c, Recorder: events.NewFakeRecorder(10), Authority: NewAuthority(e.clock), Namespace: "ksb",
-		CASecret: DefaultCASecret, APIServerSecret: DefaultAPIServerSecret, APIServerService: DefaultAPIServerService,
-		APIService: DefaultAPIService, Manage: manage, CALifetime: 100 * time.Hour, CertificateLifetime: 30 * time.Hour, Clock: e.clock}
+	e.r = &Reconciler{Client: e.c, Recorder: events.NewFakeRecorder(10), Authority: pki.NewAuthority(e.clock), Namespace: "ksb",
+		CASecret: pki.DefaultCASecret, APIServerSecret: pki.DefaultAPIServerSecret, APIServerService: pki.DefaultAPIServerService,
+		APIService: pki.DefaultAPIService, Manage: manage, CALifetime: 100 * time.Hour, CertificateLifetime: 30 * time.Hour, Clock: e.clock}
 	return e
 }
 
@@ -192,7 +88,7 @@ func (e *pkiEnv) secret(name string) *corev1.Secret {
 }
 
 func apiService() *apiregistrationv1.APIService {
-	return &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: DefaultAPIService},
+	return &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: pki.DefaultAPIService},
 		Spec: apiregistrationv1.APIServiceSpec{Group: "sandbox.kube-sandbox.io", Version: "v1alpha1", InsecureSkipTLSVerify: true}}
 }
 
@@ -204,8 +100,8 @@ func TestReconcileBootstrapsAndRotates(t *testing.T) {
 	}, e.writes); diff != "" {
 		t.Fatalf("writes of the bootstrap (-want +got):\n%s", diff)
 	}
-	caSecret := e.secret(DefaultCASecret)
-	ca, err := ParseCA(caSecret.Data[SecretCertKey], caSecret.Data[SecretKeyKey])
+	caSecret := e.secret(pki.DefaultCASecret)
+	ca, err := pki.ParseCA(caSecret.Data[pki.SecretCertKey], caSecret.Data[pki.SecretKeyKey])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,8 +110,8 @@ func TestReconcileBootstrapsAndRotates(t *testing.T) {
 	if res.RequeueAfter < 19*time.Hour || res.RequeueAfter > 20*time.Hour {
 		t.Errorf("RequeueAfter = %v, want the renewal of sandbox-apiserver's certificate in 20h", res.RequeueAfter)
 	}
-	api := e.secret(DefaultAPIServerSecret)
-	certs, _, err := ParseKeyPair(api.Data[SecretCertKey], api.Data[SecretKeyKey])
+	api := e.secret(pki.DefaultAPIServerSecret)
+	certs, _, err := pki.ParseKeyPair(api.Data[pki.SecretCertKey], api.Data[pki.SecretKeyKey])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,9 +124,9 @@ func TestReconcileBootstrapsAndRotates(t *testing.T) {
 		t.Errorf("identity %q", certs[0].Subject.CommonName)
 	}
 	svc := &apiregistrationv1.APIService{}
-	_ = e.c.Get(t.Context(), client.ObjectKey{Name: DefaultAPIService}, svc)
-	if string(svc.Spec.CABundle) != string(EncodeCerts(ca.Cert)) || svc.Spec.InsecureSkipTLSVerify {
-		t.Errorf("APIService caBundle set: %v, insecure: %v; want the CA and verification", len(svc.Spec.CABundle) > 0, svc.Spec.InsecureSkipTLSVerify)
+	_ = e.c.Get(t.Context(), client.ObjectKey{Name: pki.DefaultAPIService}, svc)
+	if string(svc.Spec.CABundle) != string(pki.EncodeCerts(ca.Cert)) || svc.Spec.InsecureSkipTLSVerify {
+		t.Errorf("APIService caBundle set: %v, insecure: %v; want the pki.CA and verification", len(svc.Spec.CABundle) > 0, svc.Spec.InsecureSkipTLSVerify)
 	}
 
 	// At rest, nothing is written.
@@ -252,39 +148,39 @@ func TestReconcileBootstrapsAndRotates(t *testing.T) {
 	e.writes = nil
 	e.clock.SetTime(start.Add(81 * time.Hour))
 	e.reconcile()
-	caSecret = e.secret(DefaultCASecret)
-	next, _ := ParseCA(caSecret.Data[SecretCertKey], caSecret.Data[SecretKeyKey])
-	prev, err := ParseCA(caSecret.Data[SecretPreviousCertKey], caSecret.Data[SecretPreviousKeyKey])
+	caSecret = e.secret(pki.DefaultCASecret)
+	next, _ := pki.ParseCA(caSecret.Data[pki.SecretCertKey], caSecret.Data[pki.SecretKeyKey])
+	prev, err := pki.ParseCA(caSecret.Data[pki.SecretPreviousCertKey], caSecret.Data[pki.SecretPreviousKeyKey])
 	if err != nil || next.Cert.Equal(ca.Cert) || !prev.Cert.Equal(ca.Cert) {
-		t.Fatalf("after rotation: a new CA %v, the old one kept %v (%v)", !next.Cert.Equal(ca.Cert), prev != nil && prev.Cert.Equal(ca.Cert), err)
+		t.Fatalf("after rotation: a new pki.CA %v, the old one kept %v (%v)", !next.Cert.Equal(ca.Cert), prev != nil && prev.Cert.Equal(ca.Cert), err)
 	}
-	bundle, _ := certutil.ParseCertsPEM(caSecret.Data[SecretCAKey])
+	bundle, _ := certutil.ParseCertsPEM(caSecret.Data[pki.SecretCAKey])
 	if len(bundle) != 2 {
 		t.Errorf("bundle of %d CAs, want both", len(bundle))
 	}
-	api = e.secret(DefaultAPIServerSecret)
-	cur, _, _ := ParseKeyPair(api.Data[SecretCertKey], api.Data[SecretKeyKey])
-	old, _, err := ParseKeyPair(api.Data[SecretPreviousCertKey], api.Data[SecretPreviousKeyKey])
+	api = e.secret(pki.DefaultAPIServerSecret)
+	cur, _, _ := pki.ParseKeyPair(api.Data[pki.SecretCertKey], api.Data[pki.SecretKeyKey])
+	old, _, err := pki.ParseKeyPair(api.Data[pki.SecretPreviousCertKey], api.Data[pki.SecretPreviousKeyKey])
 	if err != nil || cur[0].CheckSignatureFrom(next.Cert) != nil || old[0].CheckSignatureFrom(ca.Cert) != nil {
 		t.Errorf("sandbox-apiserver's certificates do not come from the new and the old CA: %v", err)
 	}
-	if got, _ := e.r.Authority.Bundle(); string(got) != string(caSecret.Data[SecretCAKey]) {
-		t.Error("the Authority does not hold the new bundle")
+	if got, _ := e.r.Authority.Bundle(); string(got) != string(caSecret.Data[pki.SecretCAKey]) {
+		t.Error("the pki.Authority does not hold the new bundle")
 	}
 	// A pod made before the rotation trusts only the old CA, one made after only the new:
 	// the controller's client certificate fits each (the CAs' names tell them apart).
-	for name, trusted := range map[string]*CA{"old": ca, "new": next} {
+	for name, trusted := range map[string]*pki.CA{"old": ca, "new": next} {
 		if err := handshake(t, trusted, e.clock.Now(), e.r.Authority.GetClientCertificate); err != nil {
-			t.Errorf("an execd trusting the %s CA refuses the controller: %v", name, err)
+			t.Errorf("an execd trusting the %s pki.CA refuses the controller: %v", name, err)
 		}
 	}
 
 	// Once the old CA expired, it is gone.
 	e.clock.SetTime(start.Add(101 * time.Hour))
 	e.reconcile()
-	caSecret = e.secret(DefaultCASecret)
-	if len(caSecret.Data[SecretPreviousCertKey]) != 0 {
-		t.Error("the expired CA is still kept")
+	caSecret = e.secret(pki.DefaultCASecret)
+	if len(caSecret.Data[pki.SecretPreviousCertKey]) != 0 {
+		t.Error("the expired pki.CA is still kept")
 	}
 }
 
@@ -295,13 +191,13 @@ func TestReconcileUnmanaged(t *testing.T) {
 		t.Fatalf("an unmanaged PKI wrote %v", e.writes)
 	}
 	if _, err := e.r.Authority.Bundle(); err == nil {
-		t.Error("the Authority has a CA before the Secret exists")
+		t.Error("the pki.Authority has a pki.CA before the Secret exists")
 	}
 	// cert-manager's CA Secret appears.
-	ca, _ := NewCA("cert-manager-ca", start, 100*time.Hour)
-	keyPEM, _ := EncodeKey(ca.Key)
-	if err := e.c.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ksb", Name: DefaultCASecret},
-		Type: corev1.SecretTypeTLS, Data: map[string][]byte{SecretCertKey: EncodeCerts(ca.Cert), SecretKeyKey: keyPEM, SecretCAKey: EncodeCerts(ca.Cert)}}); err != nil {
+	ca, _ := pki.NewCA("cert-manager-ca", start, 100*time.Hour)
+	keyPEM, _ := pki.EncodeKey(ca.Key)
+	if err := e.c.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ksb", Name: pki.DefaultCASecret},
+		Type: corev1.SecretTypeTLS, Data: map[string][]byte{pki.SecretCertKey: pki.EncodeCerts(ca.Cert), pki.SecretKeyKey: keyPEM, pki.SecretCAKey: pki.EncodeCerts(ca.Cert)}}); err != nil {
 		t.Fatal(err)
 	}
 	e.writes = nil
@@ -310,33 +206,33 @@ func TestReconcileUnmanaged(t *testing.T) {
 	if len(e.writes) != 0 {
 		t.Errorf("an unmanaged PKI wrote %v", e.writes)
 	}
-	if b, err := e.r.Authority.Bundle(); err != nil || string(b) != string(EncodeCerts(ca.Cert)) {
-		t.Errorf("the Authority does not use cert-manager's CA: %v", err)
+	if b, err := e.r.Authority.Bundle(); err != nil || string(b) != string(pki.EncodeCerts(ca.Cert)) {
+		t.Errorf("the pki.Authority does not use cert-manager's CA: %v", err)
 	}
 }
 
 func TestReconcileKeepsAnInvalidCASecret(t *testing.T) {
-	broken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ksb", Name: DefaultCASecret},
-		Data: map[string][]byte{SecretCertKey: []byte("not a certificate")}}
+	broken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ksb", Name: pki.DefaultCASecret},
+		Data: map[string][]byte{pki.SecretCertKey: []byte("not a certificate")}}
 	e := newPKIEnv(t, true, broken)
 	e.reconcile()
 	if len(e.writes) != 0 {
 		t.Errorf("wrote %v: a Secret that is not ours to fix was overwritten", e.writes)
 	}
-	if got := e.secret(DefaultCASecret); string(got.Data[SecretCertKey]) != "not a certificate" {
-		t.Error("the invalid CA Secret changed")
+	if got := e.secret(pki.DefaultCASecret); string(got.Data[pki.SecretCertKey]) != "not a certificate" {
+		t.Error("the invalid pki.CA Secret changed")
 	}
 }
 
 // handshake runs a mutual TLS handshake between a server that trusts only ca for clients (as
 // execd trusts the CA in its pod's spec) and a client whose certificate getCert picks, at now.
-func handshake(t *testing.T, ca *CA, now time.Time, getCert func(*tls.CertificateRequestInfo) (*tls.Certificate, error)) error {
+func handshake(t *testing.T, ca *pki.CA, now time.Time, getCert func(*tls.CertificateRequestInfo) (*tls.Certificate, error)) error {
 	t.Helper()
-	key, err := GenerateKey()
+	key, err := pki.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := ca.Issue(Leaf{CommonName: "execd", DNSNames: []string{"execd"}, ServerAuth: true, Lifetime: time.Hour}, &key.PublicKey, now)
+	cert, err := ca.Issue(pki.Leaf{CommonName: "execd", DNSNames: []string{"execd"}, ServerAuth: true, Lifetime: time.Hour}, &key.PublicKey, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,18 +274,18 @@ func handshake(t *testing.T, ca *CA, now time.Time, getCert func(*tls.Certificat
 // controller with; nothing is written again at rest.
 func TestReconcileNodeSecret(t *testing.T) {
 	e := newPKIEnv(t, true, apiService())
-	e.r.NodeSecret = DefaultNodeSecret
+	e.r.NodeSecret = pki.DefaultNodeSecret
 	e.reconcile()
-	if !slices.Contains(e.writes, "create *v1.Secret "+DefaultNodeSecret) {
-		t.Fatalf("writes %v: no %s", e.writes, DefaultNodeSecret)
+	if !slices.Contains(e.writes, "create *v1.Secret "+pki.DefaultNodeSecret) {
+		t.Fatalf("writes %v: no %s", e.writes, pki.DefaultNodeSecret)
 	}
-	caSecret := e.secret(DefaultCASecret)
-	ca, err := ParseCA(caSecret.Data[SecretCertKey], caSecret.Data[SecretKeyKey])
+	caSecret := e.secret(pki.DefaultCASecret)
+	ca, err := pki.ParseCA(caSecret.Data[pki.SecretCertKey], caSecret.Data[pki.SecretKeyKey])
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec := e.secret(DefaultNodeSecret)
-	certs, _, err := ParseKeyPair(sec.Data[SecretCertKey], sec.Data[SecretKeyKey])
+	sec := e.secret(pki.DefaultNodeSecret)
+	certs, _, err := pki.ParseKeyPair(sec.Data[pki.SecretCertKey], sec.Data[pki.SecretKeyKey])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,8 +298,8 @@ func TestReconcileNodeSecret(t *testing.T) {
 	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, CurrentTime: start, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
 		t.Error("sandbox-node's certificate is also a client certificate")
 	}
-	if string(sec.Data[SecretCAKey]) != string(caSecret.Data[SecretCAKey]) {
-		t.Error("the Secret's ca.crt is not the CA bundle")
+	if string(sec.Data[pki.SecretCAKey]) != string(caSecret.Data[pki.SecretCAKey]) {
+		t.Error("the Secret's ca.crt is not the pki.CA bundle")
 	}
 	e.writes = nil
 	e.reconcile()

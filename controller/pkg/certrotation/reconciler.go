@@ -1,4 +1,9 @@
-package pki
+// Package certrotation keeps the kube-sandbox CA and the certificates of sandbox-apiserver and
+// sandbox-node in their Secrets: it makes the CA when there is none, renews each certificate
+// before it expires, rotates the CA (trusting the previous one until it expires), and puts the
+// CA bundle into the APIService. The CA itself, and what it issues, is package
+// github.com/kube-sandbox/kube-sandbox/controller/apis/pki.
+package certrotation
 
 import (
 	"bytes"
@@ -27,37 +32,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
-// Defaults of the names and lifetimes of the kube-sandbox PKI.
-const (
-	DefaultCASecret         = "kube-sandbox-ca"
-	DefaultAPIServerSecret  = "sandbox-apiserver-tls"
-	DefaultAPIServerService = "sandbox-apiserver"
-	DefaultAPIService       = "v1alpha1.sandbox.kube-sandbox.io"
-	// DefaultCALifetime: the CA's certificate is in every sandbox pod's spec, so it changes
-	// rarely; it is replaced when a fifth of its life is left, and trusted next to its
-	// successor until it expires.
-	DefaultCALifetime = 10 * 365 * 24 * time.Hour
-	// DefaultCertificateLifetime of sandbox-apiserver's certificate, renewed when a third of
-	// its life is left.
-	DefaultCertificateLifetime = 30 * 24 * time.Hour
-
-	caCommonName = "kube-sandbox-ca"
-
-	// DefaultNodeSecret is sandbox-node's Secret (the node agent).
-	DefaultNodeSecret = "sandbox-node-tls"
-	// NodeIdentity is the common name of sandbox-node's certificate.
-	NodeIdentity = "kube-sandbox:sandbox-node"
-)
+// caCommonName is the stem of the CA's name; newCA adds the time it was made.
+const caCommonName = "kube-sandbox-ca"
 
 // newCA makes a kube-sandbox CA named for the time it was made (as Kubernetes names its
 // self-signed CAs): a TLS server names the CAs it trusts, and a client picks its certificate by
 // its issuer's name, so the CA that signs and the previous one must not share a name.
-func newCA(now time.Time, lifetime time.Duration) (*CA, error) {
-	return NewCA(fmt.Sprintf("%s@%d", caCommonName, now.Unix()), now, lifetime)
+func newCA(now time.Time, lifetime time.Duration) (*pki.CA, error) {
+	return pki.NewCA(fmt.Sprintf("%s@%d", caCommonName, now.Unix()), now, lifetime)
 }
 
 // Reconciler keeps the kube-sandbox PKI in the namespace Namespace: the CA Secret, the
@@ -67,7 +54,7 @@ func newCA(now time.Time, lifetime time.Duration) (*CA, error) {
 type Reconciler struct {
 	Client    client.Client
 	Recorder  events.EventRecorder
-	Authority *Authority
+	Authority *pki.Authority
 	Namespace string
 	// CASecret holds the CA (tls.crt, tls.key; previous.crt and previous.key while it
 	// rotates).
@@ -105,14 +92,14 @@ func (r *Reconciler) caLifetime() time.Duration {
 	if r.CALifetime > 0 {
 		return r.CALifetime
 	}
-	return DefaultCALifetime
+	return pki.DefaultCALifetime
 }
 
 func (r *Reconciler) certLifetime() time.Duration {
 	if r.CertificateLifetime > 0 {
 		return r.CertificateLifetime
 	}
-	return DefaultCertificateLifetime
+	return pki.DefaultCertificateLifetime
 }
 
 // request is the one key every event maps to: the PKI is reconciled as a whole.
@@ -183,7 +170,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 }
 
 // renewalAt is when a CA is replaced: once four fifths of its lifetime have passed.
-func renewalAt(ca *CA, lifetime time.Duration) time.Time {
+func renewalAt(ca *pki.CA, lifetime time.Duration) time.Time {
 	life := ca.Cert.NotAfter.Sub(ca.Cert.NotBefore)
 	if lifetime < life {
 		life = lifetime
@@ -193,7 +180,7 @@ func renewalAt(ca *CA, lifetime time.Duration) time.Time {
 
 // ensureCA reads the CA Secret and, when managing, makes it or rotates it. It returns nil
 // CAs (and no error) when there is nothing to use yet: the watch brings the Secret.
-func (r *Reconciler) ensureCA(ctx context.Context) (current, previous *CA, err error) {
+func (r *Reconciler) ensureCA(ctx context.Context) (current, previous *pki.CA, err error) {
 	logger := log.FromContext(ctx)
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: r.Namespace, Name: r.CASecret}
@@ -201,7 +188,7 @@ func (r *Reconciler) ensureCA(ctx context.Context) (current, previous *CA, err e
 	switch {
 	case apierrors.IsNotFound(err):
 		if !r.Manage {
-			logger.Info("waiting for the CA Secret (provided by cert-manager or an administrator)", "secret", key)
+			logger.Info("waiting for the pki.CA Secret (provided by cert-manager or an administrator)", "secret", key)
 			return nil, nil, nil
 		}
 		ca, err := newCA(r.now(), r.caLifetime())
@@ -214,25 +201,25 @@ func (r *Reconciler) ensureCA(ctx context.Context) (current, previous *CA, err e
 		}
 		if err := r.Client.Create(ctx, secret); err != nil {
 			if apierrors.IsAlreadyExists(err) {
-				return nil, nil, fmt.Errorf("CA Secret %s appeared meanwhile: reading it again", key)
+				return nil, nil, fmt.Errorf("pki.CA Secret %s appeared meanwhile: reading it again", key)
 			}
-			return nil, nil, fmt.Errorf("create CA Secret: %w", err)
+			return nil, nil, fmt.Errorf("create pki.CA Secret: %w", err)
 		}
-		logger.Info("created the kube-sandbox CA", "secret", key, "notAfter", ca.Cert.NotAfter)
+		logger.Info("created the kube-sandbox pki.CA", "secret", key, "notAfter", ca.Cert.NotAfter)
 		return ca, nil, nil
 	case err != nil:
-		return nil, nil, fmt.Errorf("get CA Secret: %w", err)
+		return nil, nil, fmt.Errorf("get pki.CA Secret: %w", err)
 	}
 
-	current, err = ParseCA(secret.Data[SecretCertKey], secret.Data[SecretKeyKey])
+	current, err = pki.ParseCA(secret.Data[pki.SecretCertKey], secret.Data[pki.SecretKeyKey])
 	if err != nil {
 		// Never overwritten: it may be someone's CA. Nothing signs until it is fixed.
-		r.event(secret, "InvalidCA", "the CA Secret %s does not hold a CA and its key: %v", key, err)
+		r.event(secret, "InvalidCA", "the pki.CA Secret %s does not hold a pki.CA and its key: %v", key, err)
 		return nil, nil, nil
 	}
-	if len(secret.Data[SecretPreviousCertKey]) > 0 {
-		if previous, err = ParseCA(secret.Data[SecretPreviousCertKey], secret.Data[SecretPreviousKeyKey]); err != nil {
-			logger.Error(err, "ignoring the previous CA of the CA Secret", "secret", key)
+	if len(secret.Data[pki.SecretPreviousCertKey]) > 0 {
+		if previous, err = pki.ParseCA(secret.Data[pki.SecretPreviousCertKey], secret.Data[pki.SecretPreviousKeyKey]); err != nil {
+			logger.Error(err, "ignoring the previous pki.CA of the pki.CA Secret", "secret", key)
 			previous = nil
 		}
 	}
@@ -243,7 +230,7 @@ func (r *Reconciler) ensureCA(ctx context.Context) (current, previous *CA, err e
 	if !r.Manage {
 		return current, previous, nil
 	}
-	changed := previous == nil && len(secret.Data[SecretPreviousCertKey]) > 0
+	changed := previous == nil && len(secret.Data[pki.SecretPreviousCertKey]) > 0
 	if !now.Before(renewalAt(current, r.caLifetime())) {
 		next, err := newCA(now, r.caLifetime())
 		if err != nil {
@@ -253,7 +240,7 @@ func (r *Reconciler) ensureCA(ctx context.Context) (current, previous *CA, err e
 			"secret", key, "oldNotAfter", current.Cert.NotAfter, "newNotAfter", next.Cert.NotAfter)
 		current, previous, changed = next, current, true
 	}
-	if !changed && bytes.Equal(secret.Data[SecretCAKey], bundleOf(current, previous)) {
+	if !changed && bytes.Equal(secret.Data[pki.SecretCAKey], bundleOf(current, previous)) {
 		return current, previous, nil
 	}
 	updated, err := caSecret(key, current, previous)
@@ -262,20 +249,20 @@ func (r *Reconciler) ensureCA(ctx context.Context) (current, previous *CA, err e
 	}
 	secret.Data = updated.Data
 	if err := r.Client.Update(ctx, secret); err != nil {
-		return nil, nil, fmt.Errorf("update CA Secret: %w", err)
+		return nil, nil, fmt.Errorf("update pki.CA Secret: %w", err)
 	}
 	return current, previous, nil
 }
 
-func bundleOf(current, previous *CA) []byte {
+func bundleOf(current, previous *pki.CA) []byte {
 	if previous == nil {
-		return EncodeCerts(current.Cert)
+		return pki.EncodeCerts(current.Cert)
 	}
-	return EncodeCerts(current.Cert, previous.Cert)
+	return pki.EncodeCerts(current.Cert, previous.Cert)
 }
 
-func caSecret(key client.ObjectKey, current, previous *CA) (*corev1.Secret, error) {
-	keyPEM, err := EncodeKey(current.Key)
+func caSecret(key client.ObjectKey, current, previous *pki.CA) (*corev1.Secret, error) {
+	keyPEM, err := pki.EncodeKey(current.Key)
 	if err != nil {
 		return nil, err
 	}
@@ -284,18 +271,18 @@ func caSecret(key client.ObjectKey, current, previous *CA) (*corev1.Secret, erro
 			Labels: map[string]string{"app.kubernetes.io/part-of": "kube-sandbox"}},
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{
-			SecretCertKey: EncodeCerts(current.Cert),
-			SecretKeyKey:  keyPEM,
-			SecretCAKey:   bundleOf(current, previous),
+			pki.SecretCertKey: pki.EncodeCerts(current.Cert),
+			pki.SecretKeyKey:  keyPEM,
+			pki.SecretCAKey:   bundleOf(current, previous),
 		},
 	}
 	if previous != nil {
-		prevKey, err := EncodeKey(previous.Key)
+		prevKey, err := pki.EncodeKey(previous.Key)
 		if err != nil {
 			return nil, err
 		}
-		s.Data[SecretPreviousCertKey] = EncodeCerts(previous.Cert)
-		s.Data[SecretPreviousKeyKey] = prevKey
+		s.Data[pki.SecretPreviousCertKey] = pki.EncodeCerts(previous.Cert)
+		s.Data[pki.SecretPreviousKeyKey] = prevKey
 	}
 	return s, nil
 }
@@ -309,25 +296,25 @@ func (r *Reconciler) apiServerDNSNames() []string {
 // ensureAPIServerSecret keeps sandbox-apiserver's certificate (from the current CA; and a
 // client certificate from the previous one while it is trusted) and the bundle current. It
 // returns when the certificate is due for renewal.
-func (r *Reconciler) ensureAPIServerSecret(ctx context.Context, current, previous *CA) (time.Time, error) {
-	leaf := Leaf{CommonName: execdapi.APIServerIdentity, DNSNames: r.apiServerDNSNames(),
+func (r *Reconciler) ensureAPIServerSecret(ctx context.Context, current, previous *pki.CA) (time.Time, error) {
+	leaf := pki.Leaf{CommonName: execdapi.APIServerIdentity, DNSNames: r.apiServerDNSNames(),
 		ServerAuth: true, ClientAuth: true, Lifetime: r.certLifetime()}
 	// Only for pods that trust only the previous CA: a client certificate.
-	previousLeaf := &Leaf{CommonName: execdapi.APIServerIdentity, ClientAuth: true, Lifetime: r.certLifetime()}
+	previousLeaf := &pki.Leaf{CommonName: execdapi.APIServerIdentity, ClientAuth: true, Lifetime: r.certLifetime()}
 	return r.ensureSecret(ctx, r.APIServerSecret, "sandbox-apiserver", leaf, previousLeaf, current, previous)
 }
 
 // ensureNodeSecret keeps sandbox-node's serving certificate and the bundle it
 // verifies the controller's client certificates with.
-func (r *Reconciler) ensureNodeSecret(ctx context.Context, current, previous *CA) (time.Time, error) {
-	leaf := Leaf{CommonName: NodeIdentity, DNSNames: []string{nodeapi.ServerName}, ServerAuth: true, Lifetime: r.certLifetime()}
+func (r *Reconciler) ensureNodeSecret(ctx context.Context, current, previous *pki.CA) (time.Time, error) {
+	leaf := pki.Leaf{CommonName: pki.NodeIdentity, DNSNames: []string{nodeapi.ServerName}, ServerAuth: true, Lifetime: r.certLifetime()}
 	return r.ensureSecret(ctx, r.NodeSecret, "sandbox-node", leaf, nil, current, previous)
 }
 
 // ensureSecret keeps a component's Secret: leaf from the current CA, previousLeaf (if any)
 // from the previous one while it is trusted, and the bundle. It returns when the certificate is
 // due for renewal.
-func (r *Reconciler) ensureSecret(ctx context.Context, name, component string, leaf Leaf, previousLeaf *Leaf, current, previous *CA) (time.Time, error) {
+func (r *Reconciler) ensureSecret(ctx context.Context, name, component string, leaf pki.Leaf, previousLeaf *pki.Leaf, current, previous *pki.CA) (time.Time, error) {
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: r.Namespace, Name: name}
 	err := r.Client.Get(ctx, key, secret)
@@ -338,17 +325,17 @@ func (r *Reconciler) ensureSecret(ctx context.Context, name, component string, l
 	now := r.now()
 	data := map[string][]byte{}
 	due := now.Add(r.certLifetime())
-	fresh := func(certKey, keyKey string, ca *CA, leaf Leaf) error {
-		if certs, _, err := ParseKeyPair(secret.Data[certKey], secret.Data[keyKey]); err == nil &&
+	fresh := func(certKey, keyKey string, ca *pki.CA, leaf pki.Leaf) error {
+		if certs, _, err := pki.ParseKeyPair(secret.Data[certKey], secret.Data[keyKey]); err == nil &&
 			issuedBy(certs[0], ca) && slices.Equal(certs[0].DNSNames, leaf.DNSNames) &&
-			certs[0].Subject.CommonName == leaf.CommonName && now.Before(renewalDue(certs[0].NotBefore, certs[0].NotAfter)) {
+			certs[0].Subject.CommonName == leaf.CommonName && now.Before(pki.RenewalDue(certs[0].NotBefore, certs[0].NotAfter)) {
 			data[certKey], data[keyKey] = secret.Data[certKey], secret.Data[keyKey]
-			if d := renewalDue(certs[0].NotBefore, certs[0].NotAfter); d.Before(due) {
+			if d := pki.RenewalDue(certs[0].NotBefore, certs[0].NotAfter); d.Before(due) {
 				due = d
 			}
 			return nil
 		}
-		k, err := GenerateKey()
+		k, err := pki.GenerateKey()
 		if err != nil {
 			return err
 		}
@@ -356,25 +343,25 @@ func (r *Reconciler) ensureSecret(ctx context.Context, name, component string, l
 		if err != nil {
 			return err
 		}
-		keyPEM, err := EncodeKey(k)
+		keyPEM, err := pki.EncodeKey(k)
 		if err != nil {
 			return err
 		}
-		data[certKey], data[keyKey] = EncodeCerts(cert, ca.Cert), keyPEM
-		if d := renewalDue(cert.NotBefore, cert.NotAfter); d.Before(due) {
+		data[certKey], data[keyKey] = pki.EncodeCerts(cert, ca.Cert), keyPEM
+		if d := pki.RenewalDue(cert.NotBefore, cert.NotAfter); d.Before(due) {
 			due = d
 		}
 		return nil
 	}
-	if err := fresh(SecretCertKey, SecretKeyKey, current, leaf); err != nil {
+	if err := fresh(pki.SecretCertKey, pki.SecretKeyKey, current, leaf); err != nil {
 		return time.Time{}, err
 	}
 	if previous != nil && previousLeaf != nil {
-		if err := fresh(SecretPreviousCertKey, SecretPreviousKeyKey, previous, *previousLeaf); err != nil {
+		if err := fresh(pki.SecretPreviousCertKey, pki.SecretPreviousKeyKey, previous, *previousLeaf); err != nil {
 			return time.Time{}, err
 		}
 	}
-	data[SecretCAKey] = bundleOf(current, previous)
+	data[pki.SecretCAKey] = bundleOf(current, previous)
 	if exists && maps.EqualFunc(secret.Data, data, bytes.Equal) {
 		return due, nil
 	}
@@ -393,7 +380,7 @@ func (r *Reconciler) ensureSecret(ctx context.Context, name, component string, l
 	return due, nil
 }
 
-func issuedBy(cert *x509.Certificate, ca *CA) bool {
+func issuedBy(cert *x509.Certificate, ca *pki.CA) bool {
 	return cert.CheckSignatureFrom(ca.Cert) == nil
 }
 

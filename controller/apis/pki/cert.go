@@ -1,8 +1,10 @@
 // Package pki is kube-sandbox's certificate authority: a CA in a Secret of sandbox-controller's
-// namespace, bootstrapped and rotated by the controller (or provided by cert-manager), which
-// issues the client certificates of sandbox-apiserver and sandbox-controller, sandbox-apiserver's
-// serving certificate, and the serving certificate of every sandbox pod's execd, bound to the
-// pod's UID (execdapi.PodServerName).
+// namespace, bootstrapped and rotated by the controller (controller/pkg/certrotation) or
+// provided by cert-manager, which issues the client certificates of sandbox-apiserver and
+// sandbox-controller, sandbox-apiserver's and sandbox-node's serving certificates, and the
+// serving certificate of every sandbox pod's execd, bound to the pod's UID
+// (execdapi.PodServerName). Every component that holds or checks one of them imports it, and
+// the names of its Secrets and their keys are here.
 package pki
 
 import (
@@ -177,7 +179,7 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	if !ca.Cert.IsCA {
 		return nil, fmt.Errorf("certificate %q is not a CA", ca.Cert.Subject.CommonName)
 	}
-	if !publicKeysEqual(ca.Cert.PublicKey, signer.Public()) {
+	if !PublicKeysEqual(ca.Cert.PublicKey, signer.Public()) {
 		return nil, fmt.Errorf("the key does not belong to CA certificate %q", ca.Cert.Subject.CommonName)
 	}
 	return ca, nil
@@ -197,20 +199,20 @@ func ParseKeyPair(certPEM, keyPEM []byte) ([]*x509.Certificate, crypto.Signer, e
 	if !ok {
 		return nil, nil, fmt.Errorf("key of type %T cannot sign", key)
 	}
-	if !publicKeysEqual(certs[0].PublicKey, signer.Public()) {
+	if !PublicKeysEqual(certs[0].PublicKey, signer.Public()) {
 		return nil, nil, errors.New("the key does not belong to the certificate")
 	}
 	return certs, signer, nil
 }
 
-func publicKeysEqual(a, b crypto.PublicKey) bool {
+func PublicKeysEqual(a, b crypto.PublicKey) bool {
 	type equaler interface{ Equal(crypto.PublicKey) bool }
 	e, ok := a.(equaler)
 	return ok && e.Equal(b)
 }
 
-// renewalDue is when a certificate valid from notBefore to notAfter should be replaced: once
+// RenewalDue is when a certificate valid from notBefore to notAfter should be replaced: once
 // two thirds of its life have passed, as the kubelet renews its own.
-func renewalDue(notBefore, notAfter time.Time) time.Time {
+func RenewalDue(notBefore, notAfter time.Time) time.Time {
 	return notBefore.Add(notAfter.Sub(notBefore) * 2 / 3)
 }

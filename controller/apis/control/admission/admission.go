@@ -25,7 +25,7 @@ import (
 	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
 )
 
 // DefaultLevel is the platform's default pod security level: baseline keeps sandboxes off the

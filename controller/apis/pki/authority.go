@@ -133,7 +133,7 @@ func (a *Authority) GetClientCertificate(cri *tls.CertificateRequestInfo) (*tls.
 
 func (a *Authority) clientCertificate(ca *CA) (*tls.Certificate, error) {
 	now := a.clock.Now()
-	if c, ok := a.clients[ca]; ok && now.Before(renewalDue(c.Leaf.NotBefore, c.Leaf.NotAfter)) {
+	if c, ok := a.clients[ca]; ok && now.Before(RenewalDue(c.Leaf.NotBefore, c.Leaf.NotAfter)) {
 		return c, nil
 	}
 	key, err := GenerateKey()

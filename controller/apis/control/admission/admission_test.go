@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxpod"
+	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
