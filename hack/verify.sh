@@ -15,6 +15,11 @@ log "go vet"
 go vet ./... || fail=1
 go vet -tags e2e ./test/e2e/... || fail=1
 
+log "import rules"
+# Which part may import which (test/layout): the plugin never the controller, no sidecar
+# another's implementation, the shared packages neither binary.
+go test -count=1 ./test/layout/ >/dev/null || { go test -count=1 ./test/layout/ || true; fail=1; }
+
 log "go mod tidy"
 for m in . hack/tools/k8s hack/tools/etcd hack/tools/codegen hack/tools/gvisor hack/tools/gvisor-shim hack/tools/registry; do
 	(cd "$m" && go mod tidy -diff >/dev/null) || { echo "go.mod/go.sum of $m are not tidy: run go mod tidy there"; fail=1; }
