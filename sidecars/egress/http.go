@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/httpjson"
 )
 
 // maxConfigBytes bounds a pushed Config: a few hundred rules of a few hundred bytes.
@@ -73,7 +74,7 @@ func (n *Node) servePut(w http.ResponseWriter, req *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	httpjson.Write(w, http.StatusOK, st)
 }
 
 func (n *Node) serveGet(w http.ResponseWriter, req *http.Request) {
@@ -84,7 +85,7 @@ func (n *Node) serveGet(w http.ResponseWriter, req *http.Request) {
 	case err != nil:
 		writeError(w, err)
 	default:
-		writeJSON(w, http.StatusOK, st)
+		httpjson.Write(w, http.StatusOK, st)
 	}
 }
 
@@ -94,7 +95,7 @@ func (n *Node) serveDenials(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, egressapi.ReasonPodNotFound+": no such sandbox pod on this node", http.StatusNotFound)
 		return
 	}
-	writeJSON(w, http.StatusOK, d)
+	httpjson.Write(w, http.StatusOK, d)
 }
 
 func (n *Node) serveWait(w http.ResponseWriter, req *http.Request) {
@@ -106,7 +107,7 @@ func (n *Node) serveWait(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	httpjson.Write(w, http.StatusOK, st)
 }
 
 // writeError answers err with the status that fits: 422 for a Config no agent would apply,
@@ -122,12 +123,6 @@ func writeError(w http.ResponseWriter, err error) {
 	default:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	}
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 // DNSHandler answers each query by the policy of the pod it comes from (its source address,

@@ -43,6 +43,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/internal/dnsproxy"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/internal/nodefilter"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/internal/podnet"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/atomicfile"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
@@ -692,7 +693,11 @@ func (n *Node) saveConfig(cfg *egressapi.Config) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(n.configPath(cfg.PodUID), data)
+	path := n.configPath(cfg.PodUID)
+	if err := os.MkdirAll(filepath.Dir(path), stateDirPerm); err != nil {
+		return err
+	}
+	return atomicfile.Write(path, data)
 }
 
 func (n *Node) loadConfig(uid string) (*egressapi.Config, error) {
@@ -711,23 +716,4 @@ func (n *Node) loadConfig(uid string) (*egressapi.Config, error) {
 		return nil, fmt.Errorf("%s: not a valid Config of pod %s", n.configPath(uid), uid)
 	}
 	return cfg, nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), stateDirPerm); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -16,6 +16,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/httpjson"
 )
 
 const (
@@ -115,7 +116,7 @@ func (h *Handler) serveClaim(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), code)
 		return
 	}
-	writeJSON(w, http.StatusOK, resp)
+	httpjson.Write(w, http.StatusOK, resp)
 }
 
 // claim applies a valid claim. It returns the response, the metric result and, unless the

@@ -3,7 +3,6 @@ package execd
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,8 @@ import (
 	"k8s.io/klog/v2"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/httpjson"
 )
 
 const (
@@ -123,21 +124,13 @@ func fsError(err error) error {
 
 func writeStatus(w http.ResponseWriter, err error) {
 	st := fsError(err).(*statusError)
-	writeJSON(w, st.code, &metav1.Status{
+	httpjson.Write(w, st.code, &metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status:   metav1.StatusFailure,
 		Message:  st.msg,
 		Reason:   st.reason,
 		Code:     int32(st.code),
 	})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
-		klog.V(4).InfoS("Writing a response failed", "err", err)
-	}
 }
 
 // filesOperation names what a files request does, from its method and query
@@ -353,7 +346,7 @@ func (h *Handler) serveStat(w http.ResponseWriter, req *http.Request, name strin
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, &info)
+	httpjson.Write(w, http.StatusOK, &info)
 	return nil
 }
 
@@ -445,7 +438,7 @@ func (h *Handler) serveUpload(w http.ResponseWriter, req *http.Request, name str
 	if existed {
 		code = http.StatusOK
 	}
-	writeJSON(w, code, &info)
+	httpjson.Write(w, code, &info)
 	return nil
 }
 
@@ -538,7 +531,7 @@ func (h *Handler) serveMkdir(w http.ResponseWriter, req *http.Request, name stri
 		}
 		// Idempotent, like replacing a file with PUT.
 		info := describe(h.filesRoot, name, name, fi)
-		writeJSON(w, http.StatusOK, &info)
+		httpjson.Write(w, http.StatusOK, &info)
 		return nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -559,7 +552,7 @@ func (h *Handler) serveMkdir(w http.ResponseWriter, req *http.Request, name stri
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, &info)
+	httpjson.Write(w, http.StatusCreated, &info)
 	return nil
 }
 
@@ -623,6 +616,6 @@ func (h *Handler) serveMove(w http.ResponseWriter, req *http.Request, name strin
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, &info)
+	httpjson.Write(w, http.StatusOK, &info)
 	return nil
 }

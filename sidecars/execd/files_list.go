@@ -10,6 +10,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/httpjson"
 )
 
 // readdirChunk is how many names listing reads per getdents round.
@@ -55,7 +57,7 @@ func (h *Handler) serveList(w http.ResponseWriter, req *http.Request, name strin
 	if l.more {
 		list.Continue = base64.RawURLEncoding.EncodeToString([]byte(l.items[len(l.items)-1].Path))
 	}
-	writeJSON(w, http.StatusOK, &list)
+	httpjson.Write(w, http.StatusOK, &list)
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/internal/reaper"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/mtls"
 )
 
 // HandlerConfig configures NewHandler.
@@ -226,18 +227,10 @@ func (h *Handler) StopSessions() {
 	h.sessions.Wait()
 }
 
-// clientIdentity is the common name of the verified client certificate of req, "" without one.
-func clientIdentity(req *http.Request) string {
-	if req.TLS == nil || len(req.TLS.VerifiedChains) == 0 || len(req.TLS.VerifiedChains[0]) == 0 {
-		return ""
-	}
-	return req.TLS.VerifiedChains[0][0].Subject.CommonName
-}
-
 // allow answers 403 unless req comes from one of identities. The TLS layer has verified the
 // certificate already; this decides what each component may do.
 func (h *Handler) allow(w http.ResponseWriter, req *http.Request, identities ...string) bool {
-	who := clientIdentity(req)
+	who := mtls.ClientIdentity(req)
 	if who != "" && slices.Contains(identities, who) {
 		return true
 	}
@@ -251,7 +244,7 @@ func (h *Handler) allow(w http.ResponseWriter, req *http.Request, identities ...
 // (SandboxUIDHeader; an exec may name it in ExecSandboxUIDParam instead, as proxies may drop
 // headers of an upgrade), and execd must belong to that one.
 func (h *Handler) sandboxOf(req *http.Request) (*claim, int, string) {
-	if who := clientIdentity(req); who != execdapi.APIServerIdentity {
+	if who := mtls.ClientIdentity(req); who != execdapi.APIServerIdentity {
 		return nil, http.StatusForbidden, fmt.Sprintf("forbidden: %q may not use %s", who, req.URL.Path)
 	}
 	return h.namedSandbox(req)

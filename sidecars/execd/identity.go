@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/httpjson"
 )
 
 const (
@@ -40,7 +41,7 @@ func (h *Handler) serveIdentity(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "the pod's identity token is not readable: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	writeJSON(w, http.StatusOK, &execdapi.IdentityResponse{PodToken: token})
+	httpjson.Write(w, http.StatusOK, &execdapi.IdentityResponse{PodToken: token})
 }
 
 func readPodToken(path string) (string, error) {
@@ -82,7 +83,7 @@ func (h *Handler) serveCertificate(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	klog.InfoS("Certified: serving the pod's own certificate", "serverName", leaf.DNSNames[0], "subject", leaf.Subject.CommonName, "notAfter", leaf.NotAfter)
-	writeJSON(w, http.StatusOK, &execdapi.CertificateResponse{
+	httpjson.Write(w, http.StatusOK, &execdapi.CertificateResponse{
 		ServerName: leaf.DNSNames[0], NotAfter: leaf.NotAfter.UTC().Format(time.RFC3339),
 	})
 }

@@ -27,6 +27,8 @@ import (
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/internal/reaper"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/atomicfile"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/httpjson"
 )
 
 // The task runner: execdapi.TaskPath and execdapi.TaskLogPath (task_log.go).
@@ -272,7 +274,7 @@ func (tr *taskRunner) commitLocked() error {
 func (tr *taskRunner) persistLocked() error {
 	data, err := json.Marshal(tr.task)
 	if err == nil {
-		err = writeFileAtomic(tr.stateFile(), data)
+		err = atomicfile.Write(tr.stateFile(), data)
 	}
 	if err != nil {
 		// The state in memory still holds while execd runs; a restart would find an older one.
@@ -775,7 +777,7 @@ func (h *Handler) serveTaskStart(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), code)
 		return
 	}
-	writeJSON(w, http.StatusOK, &state)
+	httpjson.Write(w, http.StatusOK, &state)
 }
 
 // serveTask serves GET execdapi.TaskPath (sandbox-controller only): the state, or with
@@ -797,7 +799,7 @@ func (h *Handler) serveTask(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	state, _ := h.tasks.current()
-	writeJSON(w, http.StatusOK, &state)
+	httpjson.Write(w, http.StatusOK, &state)
 }
 
 // serveTaskWatch streams the task's state: the current one, then every change, one JSON

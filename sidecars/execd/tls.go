@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/atomicfile"
 )
 
 // Files of the state directory.
@@ -94,7 +95,7 @@ func newServerIdentity(stateDir string, clientCAs *x509.CertPool, isServerName f
 			if err != nil {
 				return nil, err
 			}
-			if err := writeFileAtomic(filepath.Join(stateDir, stateKeyFile), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})); err != nil {
+			if err := atomicfile.Write(filepath.Join(stateDir, stateKeyFile), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})); err != nil {
 				return nil, fmt.Errorf("keep the key: %w", err)
 			}
 		}
@@ -191,7 +192,7 @@ func (id *ServerIdentity) install(chainPEM []byte, now time.Time) (*x509.Certifi
 		return nil, fmt.Errorf("the certificate does not verify against the kube-sandbox CA: %w", err)
 	}
 	if id.stateDir != "" {
-		if err := writeFileAtomic(filepath.Join(id.stateDir, stateCertFile), chainPEM); err != nil {
+		if err := atomicfile.Write(filepath.Join(id.stateDir, stateCertFile), chainPEM); err != nil {
 			return nil, fmt.Errorf("keep the certificate: %w", err)
 		}
 	}
@@ -200,26 +201,6 @@ func (id *ServerIdentity) install(chainPEM []byte, now time.Time) (*x509.Certifi
 	id.certified = leaf
 	id.mu.Unlock()
 	return leaf, nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // TLSConfig is the configuration of execd's port: it serves this identity and requires a client

@@ -14,6 +14,7 @@ import (
 	"github.com/distribution/reference"
 	"k8s.io/klog/v2"
 
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/mtls"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
@@ -116,7 +117,7 @@ func (h *handler) parse(w http.ResponseWriter, req *http.Request) (*nodeapi.Snap
 func (h *handler) serveSnapshot(w http.ResponseWriter, req *http.Request) {
 	sr, image, rerr := h.parse(w, req)
 	if rerr != nil {
-		klog.V(2).InfoS("Refused a snapshot request", "code", rerr.code, "client", clientIdentity(req), "remoteAddr", req.RemoteAddr, "err", rerr.err)
+		klog.V(2).InfoS("Refused a snapshot request", "code", rerr.code, "client", mtls.ClientIdentity(req), "remoteAddr", req.RemoteAddr, "err", rerr.err)
 		http.Error(w, rerr.err.Error(), rerr.code)
 		return
 	}

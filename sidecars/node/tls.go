@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/mtls"
 )
 
 // fileTLS is the agent's TLS configuration from files of a Secret volume, which the kubelet
@@ -142,20 +143,12 @@ func (f *fileTLS) load() (*tls.Config, error) {
 	}, nil
 }
 
-// clientIdentity is the CommonName of the verified client certificate, "" without one.
-func clientIdentity(req *http.Request) string {
-	if req.TLS == nil || len(req.TLS.VerifiedChains) == 0 || len(req.TLS.VerifiedChains[0]) == 0 {
-		return ""
-	}
-	return req.TLS.VerifiedChains[0][0].Subject.CommonName
-}
-
 // errForbidden is a client other than sandbox-controller.
 var errForbidden = errors.New("forbidden")
 
 // authorize lets only sandbox-controller through: it alone pauses sandboxes.
 func authorize(req *http.Request) error {
-	if who := clientIdentity(req); who != execdapi.ControllerIdentity {
+	if who := mtls.ClientIdentity(req); who != execdapi.ControllerIdentity {
 		return fmt.Errorf("%w: %q may not use %s", errForbidden, who, req.URL.Path)
 	}
 	return nil
