@@ -1,16 +1,15 @@
 package batchsandbox
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/jsonclient"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
@@ -59,33 +58,16 @@ func (c *HTTPClaimer) Claim(ctx context.Context, pod *corev1.Pod, req *execdapi.
 	if pod.Status.PodIP == "" {
 		return nil, fmt.Errorf("pod %s has no IP yet", pod.Name)
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
 	target := execdclient.Target{PodIP: pod.Status.PodIP, PodUID: string(pod.UID), Port: c.Port}
-	httpReq, err := http.NewRequestWithContext(execdclient.WithTarget(ctx, target), http.MethodPost,
-		execdclient.URL(target, execdapi.ClaimPath, "").String(), bytes.NewReader(body))
-	if err != nil {
-		return nil, err
+	out := &execdapi.ClaimResponse{}
+	err := jsonclient.Do(execdclient.WithTarget(ctx, target), c.Client, http.MethodPost,
+		execdclient.URL(target, execdapi.ClaimPath, "").String(), req, out)
+	var se *jsonclient.StatusError
+	if errors.As(err, &se) && se.Refused() {
+		return nil, &ClaimRejected{Pod: pod.Name, StatusCode: se.Code, Message: se.Message}
 	}
-	httpReq.Header.Set("Content-Type", "application/json")
-	resp, err := c.Client.Do(httpReq)
 	if err != nil {
 		return nil, fmt.Errorf("claim execd of pod %s: %w", pod.Name, err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	switch {
-	case resp.StatusCode == http.StatusOK:
-		out := &execdapi.ClaimResponse{}
-		if err := json.Unmarshal(data, out); err != nil {
-			return nil, fmt.Errorf("claim execd of pod %s: decode answer: %w", pod.Name, err)
-		}
-		return out, nil
-	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests:
-		return nil, &ClaimRejected{Pod: pod.Name, StatusCode: resp.StatusCode, Message: string(bytes.TrimSpace(data))}
-	default:
-		return nil, fmt.Errorf("claim execd of pod %s: %s: %s", pod.Name, resp.Status, bytes.TrimSpace(data))
-	}
+	return out, nil
 }

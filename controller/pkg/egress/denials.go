@@ -2,12 +2,9 @@ package egress
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/jsonclient"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxevents"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
@@ -150,20 +148,11 @@ func (w *DenialWatcher) watch(ctx context.Context, pod *corev1.Pod, key string, 
 
 func (w *DenialWatcher) poll(ctx context.Context, pod *corev1.Pod) (egressapi.Denials, error) {
 	var d egressapi.Denials
-	req, err := request(ctx, pod, w.Port, http.MethodGet, egressapi.PodDenialsPath(string(pod.UID)), nil)
+	url, err := nodeURL(pod, w.Port, egressapi.PodDenialsPath(string(pod.UID)))
 	if err != nil {
 		return d, err
 	}
-	resp, err := w.client.Do(req)
-	if err != nil {
-		return d, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK {
-		return d, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(data)))
-	}
-	return d, json.Unmarshal(data, &d)
+	return d, jsonclient.Do(ctx, w.client, http.MethodGet, url, nil, &d)
 }
 
 // DenialEvent is one Event of a report.

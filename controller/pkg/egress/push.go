@@ -1,13 +1,10 @@
 package egress
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -18,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/jsonclient"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
@@ -99,16 +97,15 @@ func nodeTransport(creds execdclient.Credentials, responseTimeout time.Duration)
 	}
 }
 
-// request is a request to the node agent of pod's node.
-func request(ctx context.Context, pod *corev1.Pod, port int, method, path string, body io.Reader) (*http.Request, error) {
+// nodeURL is the URL of path on the node agent of pod's node.
+func nodeURL(pod *corev1.Pod, port int, path string) (string, error) {
 	if pod.Status.HostIP == "" {
-		return nil, fmt.Errorf("pod %s has no node address yet", pod.Name)
+		return "", fmt.Errorf("pod %s has no node address yet", pod.Name)
 	}
 	if port == 0 {
 		port = nodeapi.Port
 	}
-	u := "https://" + net.JoinHostPort(pod.Status.HostIP, strconv.Itoa(port)) + path
-	return http.NewRequestWithContext(ctx, method, u, body)
+	return "https://" + net.JoinHostPort(pod.Status.HostIP, strconv.Itoa(port)) + path, nil
 }
 
 // Applied reports whether the pod confirmed the revision.
@@ -145,39 +142,26 @@ func (p *Pusher) Ensure(ctx context.Context, pod *corev1.Pod, cfg *egressapi.Con
 
 // Push sends cfg to the node agent of the pod's node and returns what it put in force.
 func (p *Pusher) Push(ctx context.Context, pod *corev1.Pod, cfg *egressapi.Config) (*egressapi.Status, error) {
-	body, err := json.Marshal(cfg)
+	url, err := nodeURL(pod, p.Port, egressapi.PodPolicyPath(string(pod.UID)))
 	if err != nil {
 		return nil, err
 	}
-	req, err := request(ctx, pod, p.Port, http.MethodPut, egressapi.PodPolicyPath(string(pod.UID)), bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("push the egress policy of pod %s to sandbox-node on %s: %w", pod.Name, pod.Status.HostIP, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	msg := string(bytes.TrimSpace(data))
+	st := &egressapi.Status{}
+	err = jsonclient.Do(ctx, p.client, http.MethodPut, url, cfg, st)
+	var se *jsonclient.StatusError
 	switch {
-	case resp.StatusCode == http.StatusOK:
-		st := &egressapi.Status{}
-		if err := json.Unmarshal(data, st); err != nil {
-			return nil, fmt.Errorf("push the egress policy of pod %s: decode answer: %w", pod.Name, err)
-		}
-		if st.PodUID != string(pod.UID) || st.Revision != cfg.Revision {
-			return nil, errors.New("sandbox-node answered for another pod or revision of pod " + pod.Name)
-		}
-		return st, nil
-	case resp.StatusCode == http.StatusNotFound:
+	case errors.As(err, &se) && se.Code == http.StatusNotFound:
 		// The agent has not seen the pod (yet): its informer is behind ours. Try again.
-		return nil, &NotEnforced{Pod: pod.Name, Reason: egressapi.ReasonPodNotFound, Message: msg}
-	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		return nil, &Rejected{Pod: pod.Name, StatusCode: resp.StatusCode, Message: msg}
-	default:
-		reason, _, _ := strings.Cut(msg, ":")
-		return nil, &NotEnforced{Pod: pod.Name, Reason: reason, Message: msg}
+		return nil, &NotEnforced{Pod: pod.Name, Reason: egressapi.ReasonPodNotFound, Message: se.Message}
+	case errors.As(err, &se) && se.Code >= 400 && se.Code < 500:
+		return nil, &Rejected{Pod: pod.Name, StatusCode: se.Code, Message: se.Message}
+	case errors.As(err, &se):
+		reason, _, _ := strings.Cut(se.Message, ":")
+		return nil, &NotEnforced{Pod: pod.Name, Reason: reason, Message: se.Message}
+	case err != nil:
+		return nil, fmt.Errorf("push the egress policy of pod %s to sandbox-node on %s: %w", pod.Name, pod.Status.HostIP, err)
+	case st.PodUID != string(pod.UID) || st.Revision != cfg.Revision:
+		return nil, errors.New("sandbox-node answered for another pod or revision of pod " + pod.Name)
 	}
+	return st, nil
 }

@@ -11,13 +11,10 @@ package identity
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -34,6 +31,7 @@ import (
 
 	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
 	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/jsonclient"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
@@ -253,8 +251,7 @@ func (c *Certifier) Certify(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	req, _ := json.Marshal(execdapi.CertificateRequest{CertificateChain: string(chain)})
-	if _, err := roundTrip(rw, http.MethodPut, req); err != nil {
+	if _, err := roundTrip(rw, http.MethodPut, execdapi.CertificateRequest{CertificateChain: string(chain)}); err != nil {
 		return fmt.Errorf("give pod %s its certificate: %w", pod.Name, err)
 	}
 	logger.V(4).Info("certified a server of a pod", "serverName", c.serverName(pod), "notAfter", cert.NotAfter)
@@ -290,18 +287,13 @@ func first(v authenticationv1.ExtraValue) string {
 	return v[0]
 }
 
-// maxAnswerBytes bounds what certification reads from a pod: a token or an acknowledgement.
-const maxAnswerBytes = 64 << 10
-
-// roundTrip sends one request for execdapi.IdentityPath over rw and returns the body of a
-// 200 answer.
-func roundTrip(rw *bufio.ReadWriter, method string, body []byte) ([]byte, error) {
-	req, err := http.NewRequest(method, "https://execd"+execdapi.IdentityPath, bytes.NewReader(body))
+// roundTrip sends one request for execdapi.IdentityPath over rw, with in as its JSON body
+// (nil: none), and returns the body of a 2xx answer (at most jsonclient.MaxAnswerBytes: a
+// token or an acknowledgement).
+func roundTrip(rw *bufio.ReadWriter, method string, in any) ([]byte, error) {
+	req, err := jsonclient.NewRequest(context.Background(), method, "https://execd"+execdapi.IdentityPath, in)
 	if err != nil {
 		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
 	}
 	if err := req.Write(rw); err != nil {
 		return nil, err
@@ -313,13 +305,5 @@ func roundTrip(rw *bufio.ReadWriter, method string, body []byte) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = resp.Body.Close() }()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, errors.New(resp.Status + ": " + strings.TrimSpace(string(data)))
-	}
-	return data, nil
+	return jsonclient.Read(resp)
 }
