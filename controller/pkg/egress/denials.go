@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -121,27 +122,29 @@ func (w *DenialWatcher) watch(ctx context.Context, pod *corev1.Pod, key string, 
 			delete(w.running, uid)
 		}
 	}()
-	failures, retry := 0, watchRetryMin
-	for ctx.Err() == nil {
-		d, err := w.poll(ctx, pod)
+	// Each report starts the backoff anew: only polls that fail in a row count.
+	backoff := wait.Backoff{Duration: watchRetryMin, Factor: 2, Cap: watchRetryMax, Steps: maxWatchFailures}
+	var lastErr error
+	for {
+		err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+			d, err := w.poll(ctx, pod)
+			if err != nil {
+				lastErr = err
+				return false, nil
+			}
+			// One Event series per name: the events API folds Events that differ only in
+			// their note into one series that keeps the first note, so the name is in the
+			// action too.
+			for _, e := range DenialEvents(d) {
+				w.Recorder.Eventf(sandbox, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonDeniedName, e.Action, "%s", e.Note)
+			}
+			return true, nil
+		})
 		if err != nil {
-			failures++
-			if failures >= maxWatchFailures {
-				logger.V(4).Info("stopped watching denials", "err", err)
-				return
+			if ctx.Err() == nil {
+				logger.V(4).Info("stopped watching denials", "err", lastErr)
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(retry):
-			}
-			retry = min(2*retry, watchRetryMax)
-			continue
-		}
-		failures, retry = 0, watchRetryMin
-		// One Event series per name: the events API folds Events that differ only in their
-		// note into one series that keeps the first note, so the name is in the action too.
-		for _, e := range DenialEvents(d) {
-			w.Recorder.Eventf(sandbox, nil, corev1.EventTypeWarning, controlv1alpha1.ReasonDeniedName, e.Action, "%s", e.Note)
+			return
 		}
 	}
 }
