@@ -8,12 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/jsonclient"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
@@ -88,33 +88,28 @@ func (a *HTTPAgent) Snapshot(ctx context.Context, nodeIP string, req *nodeapi.Sn
 	if port == 0 {
 		port = nodeapi.Port
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	url := "https://" + net.JoinHostPort(nodeIP, strconv.Itoa(port)) + nodeapi.SnapshotPath
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	httpReq, err := jsonclient.NewRequest(ctx, http.MethodPost, url, req)
 	if err != nil {
 		return nil, err
 	}
-	httpReq.Header.Set("Content-Type", "application/json")
 	resp, err := a.client().Do(httpReq)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox-node on node %s: %w", nodeIP, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	var se *jsonclient.StatusError
+	if err := jsonclient.Check(resp); errors.As(err, &se) {
+		if se.Code >= 500 {
+			return nil, fmt.Errorf("sandbox-node on node %s: %w", nodeIP, se)
+		}
 		reason := nodeapi.ReasonSnapshotFailed
-		if resp.StatusCode == http.StatusNotFound {
+		if se.Code == http.StatusNotFound {
 			reason = nodeapi.ReasonContainerNotFound
 		}
-		if resp.StatusCode >= 500 {
-			return nil, fmt.Errorf("sandbox-node on node %s: %s: %s", nodeIP, resp.Status, bytes.TrimSpace(msg))
-		}
-		return nil, &Failed{Reason: reason, Message: fmt.Sprintf("sandbox-node on node %s: %s: %s", nodeIP, resp.Status, bytes.TrimSpace(msg))}
+		return nil, &Failed{Reason: reason, Message: fmt.Sprintf("sandbox-node on node %s: %v", nodeIP, se)}
 	}
 
 	idle := time.AfterFunc(idleTimeout, func() {

@@ -4,15 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,182 +75,160 @@ type RegistryClient struct {
 	// PlainHTTP talks HTTP instead of HTTPS (tests).
 	PlainHTTP bool
 
-	// client is kept while the CA it trusts is the Secret's: deleting a sandbox's snapshots is
-	// a list, then a HEAD and a DELETE per tag, over one connection.
-	mu       sync.Mutex
-	client   *http.Client
-	clientCA string
+	// transport is kept while the CA it trusts is the Secret's: deleting a sandbox's snapshots
+	// is a list, then a HEAD and a DELETE per tag, over one connection.
+	mu          sync.Mutex
+	transport   *http.Transport
+	transportCA string
 }
 
-// httpClient is the client for creds' CA, made anew when the CA changed.
-func (c *RegistryClient) httpClient(creds *Credentials) *http.Client {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.client == nil || c.clientCA != creds.caPEM {
-		c.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: creds.CA}}}
-		c.clientCA = creds.caPEM
-	}
-	return c.client
-}
-
-// requestTimeout of one registry request.
+// requestTimeout bounds one call to the registry (a listing with all its pages, a HEAD, a
+// DELETE), with the handshake before it that learns how the registry authenticates.
 const requestTimeout = 30 * time.Second
 
-// manifestTypes: what a HEAD of a tag must accept to answer the digest of what was pushed.
-var manifestTypes = strings.Join([]string{
-	"application/vnd.oci.image.manifest.v1+json",
-	"application/vnd.oci.image.index.v1+json",
-	"application/vnd.docker.distribution.manifest.v2+json",
-	"application/vnd.docker.distribution.manifest.list.v2+json",
-}, ", ")
-
-// RegistryError is an answer of the registry other than success or NotFound.
-type RegistryError struct {
-	Op         string
-	StatusCode int
-	Body       string
-}
-
-func (e *RegistryError) Error() string {
-	return fmt.Sprintf("registry: %s: %d %s: %s", e.Op, e.StatusCode, http.StatusText(e.StatusCode), e.Body)
-}
-
-func (c *RegistryClient) do(ctx context.Context, method, path, accept string) (*http.Response, error) {
+// options to reach the registry with the Credentials of now, and its name.
+func (c *RegistryClient) options(ctx context.Context) (name.Registry, []remote.Option, error) {
 	creds, err := c.Source.Credentials(ctx)
 	if err != nil {
-		return nil, err
+		return name.Registry{}, nil, err
 	}
-	scheme := "https"
+	if c.Registry.Host == "" { // name.NewRegistry would take it for Docker Hub
+		return name.Registry{}, nil, errors.New("registry: no host")
+	}
+	scheme, nameOpts := "https", []name.Option(nil)
 	if c.PlainHTTP {
-		scheme = "http"
+		scheme, nameOpts = "http", []name.Option{name.Insecure}
 	}
-	u := scheme + "://" + c.Registry.Host + path
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	// A registry, not a reference parsed from HOST/PATH, where a host with neither a dot nor
+	// a port would be a path on Docker Hub.
+	host, err := name.NewRegistry(c.Registry.Host, nameOpts...)
 	if err != nil {
-		cancel()
-		return nil, err
+		return name.Registry{}, nil, fmt.Errorf("registry %q: %w", c.Registry.Host, err)
 	}
-	if accept != "" {
-		req.Header.Set("Accept", accept)
-	}
+	var auth authn.Authenticator = authn.Anonymous
 	if creds.Username != "" {
-		req.SetBasicAuth(creds.Username, creds.Password)
+		auth = &authn.Basic{Username: creds.Username, Password: creds.Password}
 	}
-	resp, err := c.httpClient(creds).Do(req)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("registry %s: %w", c.Registry.Host, err)
+	return host, []remote.Option{
+		remote.WithAuth(auth),
+		remote.WithTransport(schemeOnly{scheme: scheme, local: !c.PlainHTTP && host.Scheme() == "http", next: c.httpTransport(creds)}),
+		// The reconciler tries a failed deletion again; retries here would hold its worker
+		// for every tag of a registry that is down.
+		remote.WithRetryBackoff(remote.Backoff{Steps: 1}),
+	}, nil
+}
+
+// httpTransport is the transport for creds' CA, made anew when the CA changed.
+func (c *RegistryClient) httpTransport(creds *Credentials) *http.Transport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.transport == nil || c.transportCA != creds.caPEM {
+		if c.transport != nil {
+			c.transport.CloseIdleConnections()
+		}
+		c.transport = &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: creds.CA}}
+		c.transportCA = creds.caPEM
 	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return c.transport
+}
+
+// schemeOnly sends requests in one scheme only: go-containerregistry falls back to plain
+// HTTP for hosts that look local (RFC 1918 addresses, loopback, localhost) even without
+// name.Insecure, and the registry's credentials must not go in the clear for an address.
+type schemeOnly struct {
+	scheme string
+	// local is set for TLS to such a host: go-containerregistry names its URLs http:// and
+	// sends them over https, but follows the Link to a tags list's next page only if it has
+	// the scheme of those names; the Link gets it.
+	local bool
+	next  http.RoundTripper
+}
+
+func (s schemeOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != s.scheme {
+		return nil, fmt.Errorf("registry %s: only %s is allowed, not %s", req.URL.Host, s.scheme, req.URL.Scheme)
+	}
+	resp, err := s.next.RoundTrip(req)
+	if err != nil || !s.local {
+		return resp, err
+	}
+	// Link: </v2/REPOSITORY/tags/list?last=TAG&n=1000>; rel="next"
+	if link, ok := strings.CutPrefix(resp.Header.Get("Link"), "<"); ok {
+		target, params, _ := strings.Cut(link, ">")
+		if u, err := req.URL.Parse(target); err == nil && u.Scheme == "https" {
+			u.Scheme = "http"
+			resp.Header.Set("Link", "<"+u.String()+">"+params)
+		}
+	}
 	return resp, nil
 }
 
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
-}
-
-func errorOf(op string, resp *http.Response) error {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-	return &RegistryError{Op: op, StatusCode: resp.StatusCode, Body: strings.TrimSpace(string(body))}
+// notFound tells whether the registry answered that a repository or manifest does not
+// exist. A 404 to the ping of /v2/ says that there is no registry there, which is not that.
+func notFound(err error) bool {
+	var terr *transport.Error
+	return errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound &&
+		(terr.Request == nil || strings.TrimSuffix(terr.Request.URL.Path, "/") != "/v2")
 }
 
 // Tags lists the tags of a repository (its path, without the host) that begin with prefix;
 // none for a repository the registry does not know.
 func (c *RegistryClient) Tags(ctx context.Context, repository, prefix string) ([]string, error) {
+	host, opts, err := c.options(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	all, err := remote.List(host.Repo(repository), append(opts, remote.WithContext(ctx))...)
+	if err != nil && !notFound(err) {
+		return nil, fmt.Errorf("registry: list tags of %s: %w", repository, err)
+	}
 	var out []string
-	next := "/v2/" + repository + "/tags/list?n=1000"
-	for next != "" {
-		resp, err := c.do(ctx, http.MethodGet, next, "")
-		if err != nil {
-			return nil, err
+	for _, t := range all {
+		if strings.HasPrefix(t, prefix) {
+			out = append(out, t)
 		}
-		if resp.StatusCode == http.StatusNotFound {
-			_ = resp.Body.Close()
-			return out, nil
-		}
-		if resp.StatusCode != http.StatusOK {
-			err := errorOf("list tags of "+repository, resp)
-			_ = resp.Body.Close()
-			return nil, err
-		}
-		var page struct {
-			Tags []string `json:"tags"`
-		}
-		err = json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&page)
-		link := resp.Header.Get("Link")
-		_ = resp.Body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("registry: list tags of %s: %w", repository, err)
-		}
-		for _, t := range page.Tags {
-			if strings.HasPrefix(t, prefix) {
-				out = append(out, t)
-			}
-		}
-		next = nextPage(link)
 	}
 	return out, nil
 }
 
-// nextPage is the path of a Link header's rel="next" (`</v2/...?last=x&n=1000>; rel="next"`).
-func nextPage(link string) string {
-	if link == "" || !strings.Contains(link, `rel="next"`) {
-		return ""
-	}
-	start, end := strings.Index(link, "<"), strings.Index(link, ">")
-	if start < 0 || end < start {
-		return ""
-	}
-	u, err := url.Parse(link[start+1 : end])
-	if err != nil {
-		return ""
-	}
-	return u.RequestURI()
-}
-
-// Digest of the manifest a tag names; "" if there is no such tag.
+// Digest of the manifest a tag, or a digest, names; "" if there is no such manifest.
 func (c *RegistryClient) Digest(ctx context.Context, repository, tag string) (string, error) {
-	resp, err := c.do(ctx, http.MethodHead, "/v2/"+repository+"/manifests/"+tag, manifestTypes)
+	host, opts, err := c.options(ctx)
 	if err != nil {
 		return "", err
 	}
-	defer func() { _ = resp.Body.Close() }()
-	switch resp.StatusCode {
-	case http.StatusOK:
-		d := resp.Header.Get("Docker-Content-Digest")
-		if d == "" {
-			return "", fmt.Errorf("registry: %s:%s: no Docker-Content-Digest in the answer", repository, tag)
-		}
-		return d, nil
-	case http.StatusNotFound:
-		return "", nil
-	default:
-		return "", errorOf("head "+repository+":"+tag, resp)
+	var ref name.Reference = host.Repo(repository).Tag(tag)
+	if strings.Contains(tag, ":") { // ALGORITHM:HEX; a tag has no colon
+		ref = host.Repo(repository).Digest(tag)
 	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	desc, err := remote.Head(ref, append(opts, remote.WithContext(ctx))...)
+	switch {
+	case notFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("registry: head %s: %w", ref, err)
+	}
+	return desc.Digest.String(), nil
 }
 
 // DeleteManifest deletes a manifest by digest, and with it every tag that names it. A
 // manifest already gone is no error.
 func (c *RegistryClient) DeleteManifest(ctx context.Context, repository, digest string) error {
-	resp, err := c.do(ctx, http.MethodDelete, "/v2/"+repository+"/manifests/"+digest, "")
+	host, opts, err := c.options(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = resp.Body.Close() }()
-	switch resp.StatusCode {
-	case http.StatusAccepted, http.StatusOK, http.StatusNotFound:
-		return nil
-	default:
-		return errorOf("delete "+repository+"@"+digest, resp)
+	ref := host.Repo(repository).Digest(digest)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if err := remote.Delete(ref, append(opts, remote.WithContext(ctx))...); err != nil && !notFound(err) {
+		return fmt.Errorf("registry: delete %s: %w", ref, err)
 	}
+	return nil
 }
 
 // DeleteTagged deletes every manifest of the repository tagged with prefix, and returns how
