@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/distribution/reference"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -275,8 +276,15 @@ func (c *Checker) snapshotImages(t Template) field.ErrorList {
 		containers []corev1.Container
 	}{{"initContainers", t.Spec.InitContainers}, {"containers", t.Spec.Containers}} {
 		for i, ctr := range cs.containers {
-			if ImageRegistry(ctr.Image) == strings.ToLower(c.SnapshotRegistry) {
-				errs = append(errs, field.Forbidden(t.Path.Child(cs.name).Index(i).Child("image"),
+			path := t.Path.Child(cs.name).Index(i).Child("image")
+			registry, err := ImageRegistry(ctr.Image)
+			switch {
+			case err != nil:
+				// Which registry it would pull from cannot be told, so it is not admitted; the
+				// kubelet could not pull it either.
+				errs = append(errs, field.Invalid(path, ctr.Image, "not an image reference: "+err.Error()))
+			case registry == strings.ToLower(c.SnapshotRegistry):
+				errs = append(errs, field.Forbidden(path,
 					fmt.Sprintf("%s holds the snapshots of paused sandboxes: a sandbox gets its own back by resuming", c.SnapshotRegistry)))
 			}
 		}
@@ -285,14 +293,14 @@ func (c *Checker) snapshotImages(t Template) field.ErrorList {
 }
 
 // ImageRegistry is the registry host (lower case, with its port) an image reference pulls
-// from, as containerd reads it: the first path component when it has a dot or a colon or is
-// localhost; "" for the default registry.
-func ImageRegistry(image string) string {
-	first, _, found := strings.Cut(image, "/")
-	if !found || (!strings.ContainsAny(first, ".:") && first != "localhost") {
-		return ""
+// from, as the kubelet and containerd read it: distribution/reference's normalization, so a
+// familiar name ("python:3") is docker.io's. A reference that does not parse is an error.
+func ImageRegistry(image string) (string, error) {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return "", err
 	}
-	return strings.ToLower(first)
+	return strings.ToLower(reference.Domain(named)), nil
 }
 
 // violation is a failed check at a field.

@@ -270,6 +270,7 @@ func TestSnapshotImages(t *testing.T) {
 	tests := []struct {
 		name        string
 		spec        func(*corev1.PodSpec)
+		registry    string // the snapshot registry as configured; "": 10.250.0.1:5000
 		wantInvalid []string
 	}{
 		{name: "an ordinary image", spec: func(s *corev1.PodSpec) { s.Containers[0].Image = "python:3.11" }},
@@ -277,6 +278,13 @@ func TestSnapshotImages(t *testing.T) {
 		{name: "a snapshot in the sandbox container", spec: func(s *corev1.PodSpec) {
 			s.Containers[0].Image = "10.250.0.1:5000/kube-sandbox/snapshots/other/sbx@sha256:0123"
 		}, wantInvalid: []string{"spec.containers[0].image"}},
+		{name: "a snapshot by its full digest", spec: func(s *corev1.PodSpec) {
+			s.Containers[0].Image = "10.250.0.1:5000/kube-sandbox/snapshots/other/sbx@sha256:" + strings.Repeat("ab", 32)
+		}, wantInvalid: []string{"spec.containers[0].image"}},
+		{name: "the registry's host in another case", spec: func(s *corev1.PodSpec) { s.Containers[0].Image = "LOCALHOST:5000/x" },
+			registry: "localhost:5000", wantInvalid: []string{"spec.containers[0].image"}},
+		{name: "no image reference: which registry is unknown", spec: func(s *corev1.PodSpec) { s.Containers[0].Image = "Python:3" },
+			wantInvalid: []string{"spec.containers[0].image"}},
 		{name: "anything of the registry, in an init container", spec: func(s *corev1.PodSpec) {
 			s.InitContainers = []corev1.Container{{Name: "init", Image: "10.250.0.1:5000/elsewhere:1"}}
 		}, wantInvalid: []string{"spec.initContainers[0].image"}},
@@ -285,16 +293,26 @@ func TestSnapshotImages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := podSpec()
 			tc.spec(spec)
+			c.SnapshotRegistry = "10.250.0.1:5000"
+			if tc.registry != "" {
+				c.SnapshotRegistry = tc.registry
+			}
 			res := c.Check(nil, Template{Spec: spec, Path: field.NewPath("spec")})
 			if diff := cmp.Diff(tc.wantInvalid, fields(res.Invalid)); diff != "" {
 				t.Errorf("invalid fields (-want +got):\n%s", diff)
 			}
 		})
 	}
-	for image, want := range map[string]string{"python": "", "library/python:3": "", "Localhost/x": "", "localhost/x": "localhost",
-		"LOCALHOST:5000/x": "localhost:5000", "Reg.Example:5000/a/b": "reg.example:5000"} {
-		if got := ImageRegistry(image); got != want {
-			t.Errorf("ImageRegistry(%q) = %q, want %q", image, got, want)
+	for image, want := range map[string]string{"python": "docker.io", "library/python:3": "docker.io", "index.docker.io/a/b": "docker.io",
+		"Localhost/x": "localhost", "localhost/x": "localhost", "LOCALHOST:5000/x": "localhost:5000", "Reg.Example:5000/a/b": "reg.example:5000",
+		"10.250.0.1:5000/a@sha256:" + strings.Repeat("0", 64): "10.250.0.1:5000", "[fd00::1]:5000/a:b": "[fd00::1]:5000"} {
+		if got, err := ImageRegistry(image); err != nil || got != want {
+			t.Errorf("ImageRegistry(%q) = %q, %v; want %q", image, got, err, want)
+		}
+	}
+	for _, image := range []string{"", "10.250.0.1:5000/UPPER/case", "10.250.0.1:5000/a@sha256:0123", "a b"} {
+		if got, err := ImageRegistry(image); err == nil {
+			t.Errorf("ImageRegistry(%q) = %q, want an error", image, got)
 		}
 	}
 }
