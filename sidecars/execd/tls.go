@@ -48,16 +48,10 @@ type ServerIdentity struct {
 // only), or makes a key; clientCAs are the CAs whose clients it accepts, and whose certificate
 // for it it serves once certified.
 func NewServerIdentity(stateDir string, clientCAs *x509.CertPool) (*ServerIdentity, error) {
-	return NewServerIdentityFor(stateDir, clientCAs, isPodServerName)
-}
-
-// NewServerIdentityFor is NewServerIdentity for another server of the pod (sandbox-egress),
-// whose certificates name what isServerName accepts.
-func NewServerIdentityFor(stateDir string, clientCAs *x509.CertPool, isServerName func(string) bool) (*ServerIdentity, error) {
 	if clientCAs == nil {
 		return nil, errors.New("no client CA: only clients with a certificate of the kube-sandbox CA are accepted")
 	}
-	return newServerIdentity(stateDir, clientCAs, isServerName, time.Now())
+	return newServerIdentity(stateDir, clientCAs, isPodServerName, time.Now())
 }
 
 func isPodServerName(name string) bool {

@@ -156,8 +156,8 @@ func (a *Authority) IssuePodCertificate(pub crypto.PublicKey, podUID, namespace,
 	return a.IssueServerCertificate(pub, execdapi.PodServerName(podUID), namespace, name)
 }
 
-// IssueServerCertificate is IssuePodCertificate for another server of the pod, whose name is
-// dnsName (sandbox-egress's).
+// IssueServerCertificate is IssuePodCertificate for a server whose DNS name is dnsName, held
+// by the pod namespace/name.
 func (a *Authority) IssueServerCertificate(pub crypto.PublicKey, dnsName, namespace, name string) ([]byte, *x509.Certificate, error) {
 	a.mu.RLock()
 	ca := a.current

@@ -79,12 +79,6 @@ type Certifier struct {
 	Reviewer  TokenReviewer
 	// Port overrides execdapi.Port (tests).
 	Port int
-	// The server certified: execd unless set. Audience of its pod's token, the DNS name of its
-	// certificate, and the container whose ID marks it certified (a restarted container with
-	// a new ID is probed again).
-	Audience      string
-	ServerName    func(podUID string) string
-	ContainerName string
 
 	mu        sync.Mutex
 	certified map[types.UID]string // pod UID -> container ID
@@ -100,7 +94,7 @@ type call struct {
 func (c *Certifier) Certified(pod *corev1.Pod) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rid := c.containerID(pod)
+	rid := sandboxpod.RuntimeID(pod)
 	return rid != "" && c.certified[pod.UID] == rid
 }
 
@@ -119,7 +113,7 @@ func (c *Certifier) Ensure(ctx context.Context, pod *corev1.Pod) error {
 	if pod.Status.PodIP == "" {
 		return fmt.Errorf("pod %s has no IP yet", pod.Name)
 	}
-	rid := c.containerID(pod)
+	rid := sandboxpod.RuntimeID(pod)
 	c.mu.Lock()
 	if c.certified == nil {
 		c.certified, c.inflight = map[types.UID]string{}, map[types.UID]*call{}
@@ -162,40 +156,11 @@ func (c *Certifier) ensure(ctx context.Context, pod *corev1.Pod) error {
 	return c.Certify(ctx, pod)
 }
 
-func (c *Certifier) audience() string {
-	if c.Audience == "" {
-		return execdapi.IdentityAudience
-	}
-	return c.Audience
-}
-
-func (c *Certifier) serverName(pod *corev1.Pod) string {
-	if c.ServerName == nil {
-		return execdapi.PodServerName(string(pod.UID))
-	}
-	return c.ServerName(string(pod.UID))
-}
-
 func (c *Certifier) port() int {
 	if c.Port == 0 {
 		return execdapi.Port
 	}
 	return c.Port
-}
-
-// containerID is the ID of the container whose server is certified.
-func (c *Certifier) containerID(pod *corev1.Pod) string {
-	if c.ContainerName == "" {
-		return sandboxpod.RuntimeID(pod)
-	}
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
-		for _, cs := range list {
-			if cs.Name == c.ContainerName {
-				return cs.ContainerID
-			}
-		}
-	}
-	return ""
 }
 
 // probe reports whether the server at the pod's IP presents a valid certificate for the pod,
@@ -212,7 +177,7 @@ func (c *Certifier) probe(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	cfg := execdclient.ClientTLSConfig(c.Authority, roots)
-	cfg.ServerName = c.serverName(pod)
+	cfg.ServerName = execdapi.PodServerName(string(pod.UID))
 	tc := tls.Client(conn, cfg)
 	defer func() { _ = tc.Close() }()
 	return tc.HandshakeContext(ctx)
@@ -247,20 +212,20 @@ func (c *Certifier) Certify(ctx context.Context, pod *corev1.Pod) error {
 	if err := c.verify(ctx, pod, id.PodToken); err != nil {
 		return err
 	}
-	chain, cert, err := c.Authority.IssueServerCertificate(leaf.PublicKey, c.serverName(pod), pod.Namespace, pod.Name)
+	chain, cert, err := c.Authority.IssueServerCertificate(leaf.PublicKey, execdapi.PodServerName(string(pod.UID)), pod.Namespace, pod.Name)
 	if err != nil {
 		return err
 	}
 	if _, err := roundTrip(rw, http.MethodPut, execdapi.CertificateRequest{CertificateChain: string(chain)}); err != nil {
 		return fmt.Errorf("give pod %s its certificate: %w", pod.Name, err)
 	}
-	logger.V(4).Info("certified a server of a pod", "serverName", c.serverName(pod), "notAfter", cert.NotAfter)
+	logger.V(4).Info("certified a server of a pod", "serverName", execdapi.PodServerName(string(pod.UID)), "notAfter", cert.NotAfter)
 	return nil
 }
 
 // verify checks that token is bound to pod.
 func (c *Certifier) verify(ctx context.Context, pod *corev1.Pod, token string) error {
-	st, err := c.Reviewer.Review(ctx, token, []string{c.audience()})
+	st, err := c.Reviewer.Review(ctx, token, []string{execdapi.IdentityAudience})
 	if err != nil {
 		return err
 	}
@@ -270,8 +235,8 @@ func (c *Certifier) verify(ctx context.Context, pod *corev1.Pod, token string) e
 	switch {
 	case !st.Authenticated:
 		return notThePod("its token does not authenticate: %s", st.Error)
-	case !slices.Contains(st.Audiences, c.audience()):
-		return notThePod("its token is not for audience %s", c.audience())
+	case !slices.Contains(st.Audiences, execdapi.IdentityAudience):
+		return notThePod("its token is not for audience %s", execdapi.IdentityAudience)
 	case first(st.User.Extra[extraPodUID]) != string(pod.UID):
 		return notThePod("its token is bound to pod %s (uid %s)", first(st.User.Extra[extraPodName]), first(st.User.Extra[extraPodUID]))
 	case !strings.HasPrefix(st.User.Username, "system:serviceaccount:"+pod.Namespace+":"):

@@ -1,5 +1,7 @@
 // Package manager wires sandbox-controller: a controller-runtime manager with the
-// BatchSandbox reconciler.
+// BatchSandbox and Pool reconcilers, the CA's rotation (certrotation), the certification of
+// sandbox pods (identity), the egress enforcer and its denial watch, the task streams and
+// the snapshots of pause and resume.
 package manager
 
 import (

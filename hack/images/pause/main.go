@@ -1,6 +1,6 @@
 // Command pause is the sandbox ("pause") container of the local cluster, tagged
-// registry.k8s.io/pause:3.10 by hack/images/build.sh because there is no registry to pull the
-// real one from. It holds the pod's namespaces: it stays alive, reaps zombies and exits on
+// registry.k8s.io/pause:3.10 by hack/images/build.sh: the machine cannot reach the registry
+// the real one comes from, and the local cluster's own registry holds only snapshots. It holds the pod's namespaces: it stays alive, reaps zombies and exits on
 // SIGINT or SIGTERM.
 package main
 

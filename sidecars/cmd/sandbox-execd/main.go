@@ -1,5 +1,6 @@
-// Command sandbox-execd runs a sandbox container's entrypoint and serves exec
-// sessions into the container. See package execd.
+// Command sandbox-execd runs a sandbox container's entrypoint and serves, over mutual TLS,
+// exec sessions, files, the proxy to the container's ports, claims and tasks. See package
+// execd.
 package main
 
 import (

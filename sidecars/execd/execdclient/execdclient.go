@@ -82,22 +82,11 @@ var dialer = &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 
 // dialPod dials the Target of ctx, after checking that it is the pod addr names.
 func dialPod(ctx context.Context, network, addr string) (net.Conn, error) {
-	return dialPodNamed(execdapi.PodUIDFromServerName)(ctx, network, addr)
-}
-
-// dialPodNamed is dialPod for servers whose names podUID parses.
-func dialPodNamed(podUID func(string) (string, bool)) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return dialTarget(ctx, network, addr, podUID)
-	}
-}
-
-func dialTarget(ctx context.Context, network, addr string, podUID func(string) (string, bool)) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
-	uid, ok := podUID(host)
+	uid, ok := execdapi.PodUIDFromServerName(host)
 	if !ok {
 		return nil, fmt.Errorf("server address %q does not name a pod", addr)
 	}
@@ -118,9 +107,6 @@ type Options struct {
 	ResponseHeaderTimeout time.Duration
 	// MaxIdleConnsPerHost (per pod); 0: 2.
 	MaxIdleConnsPerHost int
-	// PodUIDFromServerName parses the server names of URLs (and of certificates); nil:
-	// execd's (execdapi.PodUIDFromServerName). sandbox-egress's client sets its own.
-	PodUIDFromServerName func(string) (string, bool)
 }
 
 // Transport is an http.RoundTripper to execd. Its http.Transport is remade when the trusted CAs
@@ -151,13 +137,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return tr.RoundTrip(req)
 }
 
-func (t *Transport) podUID() func(string) (string, bool) {
-	if t.opts.PodUIDFromServerName != nil {
-		return t.opts.PodUIDFromServerName
-	}
-	return execdapi.PodUIDFromServerName
-}
-
 // ErrNoTrust: the CAs of pod certificates are not known yet.
 var ErrNoTrust = errors.New("the kube-sandbox CA is not known yet")
 
@@ -183,7 +162,7 @@ func (t *Transport) Current() (*http.Transport, error) {
 	t.current = &http.Transport{
 		// Pod IPs, never through a proxy from the environment.
 		Proxy:                 nil,
-		DialContext:           dialPodNamed(t.podUID()),
+		DialContext:           dialPod,
 		TLSClientConfig:       ClientTLSConfig(t.creds, roots),
 		TLSHandshakeTimeout:   dialTimeout,
 		ResponseHeaderTimeout: t.opts.ResponseHeaderTimeout,

@@ -1,5 +1,5 @@
 // Package sandbox is the root of kubectl-sandbox, the kubectl plugin for sandboxes of
-// sandbox.kube-sandbox.io: `kubectl sandbox create|get|list|exec|cp|ls|port-forward|tasks|logs|wait|renew|network|delete`.
+// sandbox.kube-sandbox.io: `kubectl sandbox create|get|list|exec|cp|ls|port-forward|tasks|logs|wait|renew|network|pause|resume|delete`.
 package sandbox
 
 import (

@@ -655,7 +655,7 @@ func nonNil(m map[string]int) map[string]int {
 	return m
 }
 
-// TestServe runs the proxy as sandbox-egress does and asks it with a real client.
+// TestServe runs the proxy as the node agent does and asks it with a real client.
 func TestServe(t *testing.T) {
 	up := newUpstream(t, 0)
 	l := newLearner(nil)

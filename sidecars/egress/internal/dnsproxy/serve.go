@@ -21,8 +21,8 @@ type listener struct {
 	err     error
 }
 
-// Serve answers with h on UDP and TCP on each of addrs (sandbox-egress passes 127.0.0.1 and
-// [::1] at egressapi.DNSPort). It binds every socket first, so that a port taken fails it at
+// Serve answers with h on UDP and TCP on each of addrs (the node agent passes its proxy
+// addresses). It binds every socket first, so that a port taken fails it at
 // once, calls ready (if not nil) when all of them serve, and returns when ctx ends (nil) or
 // when a listener fails (its error), stopping the others either way.
 func Serve(ctx context.Context, h dns.Handler, addrs []string, ready func()) error {
