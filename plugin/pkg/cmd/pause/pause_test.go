@@ -10,7 +10,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
-	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
 )
 
@@ -79,8 +78,8 @@ func run(paused bool) func(f *cmdtesting.TestFactory, s genericiooptions.IOStrea
 // TestReached: the wait ends at the phase, and fails at once where the phase cannot come.
 func TestReached(t *testing.T) {
 	notSupported := sandbox(true, sandboxv1alpha1.PhaseRunning)
-	notSupported.Status.Conditions = []metav1.Condition{{Type: controlv1alpha1.ConditionPaused, Status: metav1.ConditionFalse,
-		Reason: controlv1alpha1.ReasonPauseNotSupported, Message: "tasks"}}
+	notSupported.Status.Conditions = []metav1.Condition{{Type: sandboxv1alpha1.ConditionPaused, Status: metav1.ConditionFalse,
+		Reason: sandboxv1alpha1.ReasonPauseNotSupported, Message: "tasks"}}
 	tests := []struct {
 		name     string
 		sb       *sandboxv1alpha1.Sandbox
