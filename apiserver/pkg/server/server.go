@@ -164,6 +164,7 @@ func (c completedConfig) New() (*SandboxServer, error) {
 	apiGroupInfo.VersionedResourcesStorageMap[sandboxv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"sandboxes":        sandboxes,
 		"sandboxes/status": sandboxregistry.NewStatusREST(sandboxes),
+		"sandboxes/tasks":  sandboxregistry.NewTasksREST(sandboxes),
 		"sandboxes/renew":  sandboxregistry.NewRenewREST(renewer, limits, clk),
 		"sandboxes/exec":   &sandboxregistry.ExecREST{Access: access},
 		"sandboxes/files":  &sandboxregistry.FilesREST{Access: access, MaxUploadBytes: c.ExtraConfig.MaxUploadBytes},

@@ -3,7 +3,6 @@ package get
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -29,11 +28,6 @@ const (
 	outputTable = ""
 	outputWide  = "wide"
 )
-
-// tableAccept asks for the server's table of sandboxes (a meta.k8s.io/v1 Table), as kubectl get
-// does, so that both print the same columns; a server without tables would answer the plain
-// JSON after the comma, which getTable refuses.
-const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
 
 var (
 	getLong = cmdutil.LongDesc(`
@@ -307,40 +301,9 @@ func (o *GetOptions) runTable(ctx context.Context) error {
 
 // getTable sends req asking for the server's table. The rows carry the sandboxes' metadata
 // (includeObject=Metadata, the server's default, as kubectl get asks for it): the printer takes
-// the NAMESPACE column of --all-namespaces and the LABELS of --show-labels from it, which the
-// server's columns do not have.
+// the NAMESPACE column of --all-namespaces and the LABELS of --show-labels from it.
 func getTable(ctx context.Context, req *rest.Request) (*metav1.Table, error) {
-	result := req.
-		SetHeader("Accept", tableAccept).
-		Param("includeObject", string(metav1.IncludeMetadata)).
-		Do(ctx)
-	// Error, not Raw's error: it is the server's Status when there is one.
-	if err := result.Error(); err != nil {
-		return nil, err
-	}
-	data, err := result.Raw()
-	if err != nil {
-		return nil, err
-	}
-	table := &metav1.Table{}
-	if err := json.Unmarshal(data, table); err != nil {
-		return nil, fmt.Errorf("decode the server's table: %w", err)
-	}
-	if table.Kind != "Table" {
-		return nil, fmt.Errorf("the server sent no table of sandboxes but %q", table.APIVersion+" "+table.Kind)
-	}
-	for i := range table.Rows {
-		row := &table.Rows[i]
-		if len(row.Object.Raw) == 0 {
-			continue
-		}
-		m := &metav1.PartialObjectMetadata{}
-		if err := json.Unmarshal(row.Object.Raw, m); err != nil {
-			return nil, fmt.Errorf("decode the metadata of row %d of the server's table: %w", i, err)
-		}
-		row.Object.Object = m
-	}
-	return table, nil
+	return cmdutil.ServerTable(ctx, req, "sandboxes", metav1.IncludeMetadata)
 }
 
 func (o *GetOptions) printNoneFound(w io.Writer) {

@@ -2,20 +2,16 @@
 package tasks
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"strconv"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
@@ -30,19 +26,17 @@ const (
 	outputYAML  = "yaml"
 )
 
-// none stands for what is not known (yet), as kubectl prints it.
-const none = "<none>"
-
 var (
 	tasksLong = cmdutil.LongDesc(`
 		Display the task of each replica of a sandbox.
 
 		A sandbox created with a task ('kubectl sandbox create --task') runs it in each replica.
-		This prints one row per replica: the phase of its task (Pending, Running, Succeeded,
-		Failed, or Unknown while the pod cannot be reached), the exit code of its last attempt,
-		the number of attempts, how long it ran (or has been running), the pod that runs or ran
-		it, and the reason of its last error, such as Error (a non-zero exit),
-		DeadlineExceeded (--task-timeout) or BackoffLimitExceeded. Use -o json or -o yaml for
+		This prints the server's table of its tasks (the sandbox's tasks subresource), one row
+		per replica: the phase of its task (Pending, Running, Succeeded, Failed, or Unknown
+		while the pod cannot be reached), the exit code of its last attempt, the number of
+		attempts, how long it ran (or has been running), the pod that runs or ran it, and the
+		reason of its last error, such as Error (a non-zero exit), DeadlineExceeded
+		(--task-timeout) or BackoffLimitExceeded. Use -o json or -o yaml for
 		the sandbox's status.tasks as the API has it, and 'kubectl sandbox logs' for a task's
 		output.`)
 
@@ -62,15 +56,13 @@ type TasksOptions struct {
 
 	Namespace string
 	Client    clientset.Interface
-	// Now is the clock the duration of a running task is measured with.
-	Now func() time.Time
 
 	genericiooptions.IOStreams
 }
 
 // NewTasksOptions returns TasksOptions printing a table.
 func NewTasksOptions(streams genericiooptions.IOStreams) *TasksOptions {
-	return &TasksOptions{Now: time.Now, IOStreams: streams}
+	return &TasksOptions{IOStreams: streams}
 }
 
 // NewCmdTasks returns the `tasks` command.
@@ -124,114 +116,53 @@ func (o *TasksOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []st
 	return nil
 }
 
-// Run reads the sandbox and prints its tasks.
+// Run reads the tasks subresource of the sandbox and prints it: the server's table, or the
+// sandbox's status.tasks for -o json and -o yaml. Both are GETs of sandboxes/NAME/tasks, so
+// that `get sandboxes/tasks` is the one right either needs.
 func (o *TasksOptions) Run(ctx context.Context) error {
-	sb, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
-	if err != nil {
-		return err
+	if o.Output == outputTable {
+		table, err := o.table(ctx)
+		if err != nil {
+			return err
+		}
+		printer := printers.NewTablePrinter(printers.PrintOptions{NoHeaders: o.NoHeaders})
+		return printer.PrintObj(table, o.Out)
 	}
-	if sb.Spec.TaskTemplate == nil {
-		return fmt.Errorf("sandbox %q runs no task (it has no spec.taskTemplate)", o.Name)
+	sb := &sandboxv1alpha1.Sandbox{}
+	if err := o.request().Do(ctx).Into(sb); err != nil {
+		return err
 	}
 	tasks := sb.Status.Tasks
 	if tasks == nil {
 		// A list, also before the first task has a status.
 		tasks = []sandboxv1alpha1.SandboxTaskStatus{}
 	}
-	switch o.Output {
-	case outputJSON:
+	if o.Output == outputJSON {
 		data, err := json.MarshalIndent(tasks, "", "    ")
 		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(o.Out, "%s\n", data)
 		return err
-	case outputYAML:
-		data, err := yaml.Marshal(tasks)
-		if err != nil {
-			return err
-		}
-		_, err = o.Out.Write(data)
+	}
+	data, err := yaml.Marshal(tasks)
+	if err != nil {
 		return err
 	}
-	printer := printers.NewTablePrinter(printers.PrintOptions{NoHeaders: o.NoHeaders})
-	return printer.PrintObj(Table(sb, o.Now()), o.Out)
+	_, err = o.Out.Write(data)
+	return err
 }
 
-// Table has a row for every replica of sb, by index: the task the status records for it, or
-// a task still Pending where the status has none yet.
-func Table(sb *sandboxv1alpha1.Sandbox, now time.Time) *metav1.Table {
-	table := &metav1.Table{
-		ColumnDefinitions: []metav1.TableColumnDefinition{
-			{Name: "Replica", Type: "integer", Description: "Index of the replica."},
-			{Name: "Phase", Type: "string", Description: "Pending, Running, Succeeded, Failed or Unknown."},
-			{Name: "Exit", Type: "string", Description: "Exit code of the last attempt that exited."},
-			{Name: "Attempts", Type: "integer", Description: "Attempts started, on every pod of the replica."},
-			{Name: "Duration", Type: "string", Description: "From the start of the first attempt to the end of the task, or to now while it runs."},
-			{Name: "Pod", Type: "string", Description: "Pod that runs or ran the current attempt."},
-			{Name: "Reason", Type: "string", Description: "Reason of the last error."},
-		},
-	}
-	replicas := int32(1)
-	if sb.Spec.Replicas != nil {
-		replicas = *sb.Spec.Replicas
-	}
-	byReplica := map[int32]sandboxv1alpha1.SandboxTaskStatus{}
-	for _, t := range sb.Status.Tasks {
-		byReplica[t.Replica] = t
-	}
-	// The replicas of the spec, and any the status still lists beyond them (scaled down).
-	indexes := make([]int32, 0, replicas)
-	for i := range replicas {
-		indexes = append(indexes, i)
-	}
-	for r := range byReplica {
-		if r >= replicas {
-			indexes = append(indexes, r)
-		}
-	}
-	slices.SortFunc(indexes, cmp.Compare)
-	pods := map[int32]string{}
-	for _, p := range sb.Status.Pods {
-		pods[p.Replica] = p.Name
-	}
-	for _, r := range indexes {
-		t, ok := byReplica[r]
-		if !ok {
-			t = sandboxv1alpha1.SandboxTaskStatus{Replica: r, Phase: sandboxv1alpha1.TaskPhasePending}
-		}
-		table.Rows = append(table.Rows, metav1.TableRow{
-			// The pod of the status's pods before the task has one: where it will run.
-			Cells: []any{int64(r), orNone(t.Phase), exitCode(t), int64(t.Attempts), taskDuration(t, now), orNone(cmp.Or(t.Pod, pods[r])), orNone(t.Reason)},
-		})
-	}
-	return table
+func (o *TasksOptions) request() *rest.Request {
+	return o.Client.SandboxV1alpha1().RESTClient().Get().
+		Namespace(o.Namespace).
+		Resource("sandboxes").
+		Name(o.Name).
+		SubResource("tasks")
 }
 
-func orNone(s string) string {
-	if s == "" {
-		return none
-	}
-	return s
-}
-
-func exitCode(t sandboxv1alpha1.SandboxTaskStatus) string {
-	if t.ExitCode == nil {
-		return none
-	}
-	return strconv.Itoa(int(*t.ExitCode))
-}
-
-// taskDuration is finish - start for a task that ended, now - start for one that has not;
-// <none> before it started, or for an end without a recorded time.
-func taskDuration(t sandboxv1alpha1.SandboxTaskStatus, now time.Time) string {
-	switch {
-	case t.StartTime == nil:
-		return none
-	case t.FinishTime != nil:
-		return duration.HumanDuration(t.FinishTime.Sub(t.StartTime.Time))
-	case sandboxv1alpha1.TaskPhaseFinal(t.Phase):
-		return none
-	}
-	return duration.HumanDuration(now.Sub(t.StartTime.Time))
+// table asks for the server's table of the sandbox's tasks. The rows' objects are not needed
+// (the sandbox's metadata in every row), so none are asked for.
+func (o *TasksOptions) table(ctx context.Context) (*metav1.Table, error) {
+	return cmdutil.ServerTable(ctx, o.request(), "tasks", metav1.IncludeNone)
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,9 +56,7 @@ func run(t *testing.T, srv *sandboxserver.Server, args ...string) (string, strin
 	streams, _, out, _ := genericiooptions.NewTestIOStreams()
 	f := cmdtesting.NewServerFactory(srv.URL)
 	f.RESTConfig.BearerToken = sandboxserver.UserToken
-	o := NewTasksOptions(streams)
-	o.Now = func() time.Time { return now }
-	cmd := newCmdTasks(f, o)
+	cmd := newCmdTasks(f, NewTasksOptions(streams))
 	cmd.SetArgs(args)
 	cmd.SilenceErrors, cmd.SilenceUsage = true, true
 	var msg bytes.Buffer
@@ -66,8 +66,11 @@ func run(t *testing.T, srv *sandboxserver.Server, args ...string) (string, strin
 	return out.String(), msg.String()
 }
 
+// TestTasks prints the server's table: the durations of running tasks are the server's,
+// measured with its clock.
 func TestTasks(t *testing.T) {
 	srv := sandboxserver.New(t, cmdtesting.Namespace)
+	srv.Now = func() time.Time { return now }
 	srv.Add(batch())
 	interactive := &sandboxv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "shell"}, Spec: sandboxv1alpha1.SandboxSpec{Template: nil}}
 	srv.Add(interactive)
@@ -115,7 +118,12 @@ func TestTasks(t *testing.T) {
 		{
 			name:    "a sandbox without a task",
 			args:    []string{"shell"},
-			wantErr: "error: sandbox \"shell\" runs no task (it has no spec.taskTemplate)\n",
+			wantErr: "Error from server (BadRequest): sandbox \"shell\" runs no task (it has no spec.taskTemplate)\n",
+		},
+		{
+			name:    "json of a sandbox without a task",
+			args:    []string{"shell", "-o", "json"},
+			wantErr: "Error from server (BadRequest): sandbox \"shell\" runs no task (it has no spec.taskTemplate)\n",
 		},
 		{
 			name:    "a sandbox that does not exist",
@@ -167,6 +175,43 @@ func TestTasksStructured(t *testing.T) {
 			}
 			if diff := cmp.Diff(batch().Status.Tasks, got); diff != "" {
 				t.Errorf("tasks (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestTasksRequests checks that every format reads the tasks subresource, so that one right
+// (get sandboxes/tasks) serves them all, and that the table is asked for without the rows'
+// objects, which it does not print.
+func TestTasksRequests(t *testing.T) {
+	srv := sandboxserver.New(t, cmdtesting.Namespace)
+	srv.Add(batch())
+	const path = sandboxserver.Prefix + cmdtesting.Namespace + "/sandboxes/eval/tasks"
+	tests := []struct {
+		args      []string
+		wantTable bool
+	}{
+		{args: []string{"eval"}, wantTable: true},
+		{args: []string{"eval", "--no-headers"}, wantTable: true},
+		{args: []string{"eval", "-o", "json"}},
+		{args: []string{"eval", "-o", "yaml"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			srv.Requests()
+			if _, msg := run(t, srv, tt.args...); msg != "" {
+				t.Fatal(msg)
+			}
+			reqs := srv.Requests()
+			if len(reqs) != 1 || reqs[0].Method != http.MethodGet || reqs[0].Path != path {
+				t.Fatalf("requests %+v, want one GET of %s", reqs, path)
+			}
+			accept := reqs[0].Header.Get("Accept")
+			if got := strings.Contains(accept, "as=Table"); got != tt.wantTable {
+				t.Errorf("Accept %q: asks for a table %t, want %t", accept, got, tt.wantTable)
+			}
+			if tt.wantTable && reqs[0].RawQuery != "includeObject=None" {
+				t.Errorf("query %q, want includeObject=None", reqs[0].RawQuery)
 			}
 		})
 	}

@@ -1,7 +1,8 @@
 // Package sandboxserver is a stand-in for the sandbox API server in tests: the files
 // subresource is served by execd's own handler over a temporary directory, its answers typed as
 // the real server types them, the proxy subresource echoes HTTP requests and upgraded
-// connections, and the log subresource serves the task logs a test sets (see log.go). The
+// connections, the log subresource serves the task logs a test sets (see log.go), and the
+// tasks subresource the sandbox or the real server's table of its tasks (see tasks.go). The
 // sandboxes themselves are kept in memory (see objects.go) and served as the API server does:
 // get, list and watch, create, JSON merge patch and update, with resourceVersions, generations
 // and conflicts, label and field selectors, and as tables from the real server's table code
@@ -208,6 +209,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		s.proxy(w, req)
 	case "log":
 		s.serveLog(w, req, name)
+	case "tasks":
+		s.serveTasks(w, req, name)
 	default:
 		writeStatus(w, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes/"+sub), name))
 	}

@@ -24,34 +24,48 @@ func (s *Server) writeObjectOrTable(w http.ResponseWriter, req *http.Request, li
 		writeObject(w, http.StatusOK, obj)
 		return
 	}
-	include := metav1.IncludeObjectPolicy(req.URL.Query().Get("includeObject"))
-	switch include {
-	case "":
-		include = metav1.IncludeMetadata
-	case metav1.IncludeMetadata, metav1.IncludeNone, metav1.IncludeObject:
-	default:
-		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("includeObject must be one of %s, %s or %s, not %q",
-			metav1.IncludeNone, metav1.IncludeMetadata, metav1.IncludeObject, include)))
+	include, err := includeObject(req)
+	if err != nil {
+		writeStatus(w, err)
 		return
 	}
 	table := sandboxregistry.SandboxTable(items, s.now())
 	table.TypeMeta = metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "Table"}
 	table.ResourceVersion, table.Continue = listMeta.ResourceVersion, listMeta.Continue
 	for i := range table.Rows {
-		sb := typed(&items[i])
-		var rowObject runtime.Object
-		switch include {
-		case metav1.IncludeMetadata:
-			rowObject = &metav1.PartialObjectMetadata{
-				TypeMeta:   metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "PartialObjectMetadata"},
-				ObjectMeta: sb.ObjectMeta,
-			}
-		case metav1.IncludeObject:
-			rowObject = sb
-		}
-		table.Rows[i].Object = runtime.RawExtension{Object: rowObject}
+		table.Rows[i].Object = rowObject(include, &items[i])
 	}
 	writeObject(w, http.StatusOK, table)
+}
+
+// includeObject is the request's includeObject, Metadata when it has none, as the generic API
+// server reads it.
+func includeObject(req *http.Request) (metav1.IncludeObjectPolicy, *apierrors.StatusError) {
+	include := metav1.IncludeObjectPolicy(req.URL.Query().Get("includeObject"))
+	switch include {
+	case "":
+		return metav1.IncludeMetadata, nil
+	case metav1.IncludeMetadata, metav1.IncludeNone, metav1.IncludeObject:
+		return include, nil
+	}
+	return "", apierrors.NewBadRequest(fmt.Sprintf("includeObject must be one of %s, %s or %s, not %q",
+		metav1.IncludeNone, metav1.IncludeMetadata, metav1.IncludeObject, include))
+}
+
+// rowObject is what a table row carries of sb for include: its metadata, all of it, or
+// nothing.
+func rowObject(include metav1.IncludeObjectPolicy, sb *sandboxv1alpha1.Sandbox) runtime.RawExtension {
+	sb = typed(sb)
+	switch include {
+	case metav1.IncludeMetadata:
+		return runtime.RawExtension{Object: &metav1.PartialObjectMetadata{
+			TypeMeta:   metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "PartialObjectMetadata"},
+			ObjectMeta: sb.ObjectMeta,
+		}}
+	case metav1.IncludeObject:
+		return runtime.RawExtension{Object: sb}
+	}
+	return runtime.RawExtension{}
 }
 
 // wantsTable reports whether the first media type of Accept that the server can answer is a
