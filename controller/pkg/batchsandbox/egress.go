@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
@@ -35,18 +34,6 @@ func (e *egressOnce) get(ctx context.Context) (egressapi.Config, error) {
 		e.done = true
 	}
 	return e.cfg, e.err
-}
-
-// poolOf is the sandbox's Pool from the cache, nil if it is not there.
-func (r *Reconciler) poolOf(ctx context.Context, bs *controlv1alpha1.BatchSandbox) *controlv1alpha1.Pool {
-	if bs.Spec.PoolRef == nil {
-		return nil
-	}
-	pool := &controlv1alpha1.Pool{}
-	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: bs.Namespace, Name: bs.Spec.PoolRef.Name}, pool); err != nil {
-		return nil
-	}
-	return pool
 }
 
 func (r *Reconciler) forgetEgress(uid types.UID) {

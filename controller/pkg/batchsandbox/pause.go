@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,13 +13,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
-	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/shard"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxevents"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/snapshot"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 // Pause and resume.
@@ -76,61 +70,10 @@ var _ SnapshotDeleter = &snapshot.RegistryClient{}
 // unavailable tried again, after this long.
 const SnapshotRetryDelay = 30 * time.Second
 
-// snapshotOf is replica's snapshot in the status, or nil.
-func snapshotOf(bs *controlv1alpha1.BatchSandbox, replica int32) *controlv1alpha1.SnapshotStatus {
-	for i := range bs.Status.Snapshots {
-		if bs.Status.Snapshots[i].Replica == replica {
-			return &bs.Status.Snapshots[i]
-		}
-	}
-	return nil
-}
-
 // fromSnapshots tells whether the sandbox's pods are made from snapshots (it paused before),
 // which makes a pooled sandbox's replicas pods of its own.
 func fromSnapshots(bs *controlv1alpha1.BatchSandbox) bool {
 	return len(bs.Status.Snapshots) > 0
-}
-
-// replicaTemplate is the pod template of replica i outside the pool: the template with the
-// replica's shard patch, or the pool's template for a pooled sandbox that resumed; with the
-// replica's snapshot as the sandbox container's image.
-func (r *Reconciler) replicaTemplate(bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool, i int32) (*corev1.PodTemplateSpec, *sandboxpod.Problem) {
-	var tmpl *corev1.PodTemplateSpec
-	if bs.Spec.PoolRef != nil {
-		if pool == nil {
-			return nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPoolNotFound, Pending: true,
-				Message: fmt.Sprintf("pool %q, whose template the resumed pods are made from, does not exist", bs.Spec.PoolRef.Name)}
-		}
-		if p := poolNotAllowed(bs, pool); p != nil {
-			return nil, p
-		}
-		tmpl = pool.Spec.Template.DeepCopy()
-		// The pod is the sandbox's own, not the pool's: nothing may count it as a pool pod.
-		for _, l := range []string{controlv1alpha1.LabelPool, controlv1alpha1.LabelPoolRevision, controlv1alpha1.LabelPodSecurity} {
-			delete(tmpl.Labels, l)
-		}
-	} else {
-		var err error
-		if tmpl, err = shard.PodTemplateOf(bs, i); err != nil {
-			// sandbox-apiserver refuses such a patch; a BatchSandbox written directly may have it.
-			return nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: fmt.Sprintf("spec.shardPatches[%d]: %v", i, err)}
-		}
-	}
-	if sn := snapshotOf(bs, i); sn != nil && len(tmpl.Spec.Containers) > 0 {
-		// Only this sandbox's own repository: a status written by anyone but this controller
-		// (someone with rights on batchsandboxes/status) must not give it another's files.
-		if r.Snapshots == nil || !strings.HasPrefix(sn.Image, r.Snapshots.Registry.Repository(bs.Namespace, bs.Name)+"@sha256:") {
-			return nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonSnapshotFailed,
-				Message: fmt.Sprintf("status.snapshots[replica %d] names %q, which is not a snapshot of this sandbox", i, sn.Image)}
-		}
-		tmpl = tmpl.DeepCopy()
-		c := &tmpl.Spec.Containers[0]
-		c.Image = sn.Image
-		// By digest: what is on the node is what was pushed.
-		c.ImagePullPolicy = corev1.PullIfNotPresent
-	}
-	return tmpl, nil
 }
 
 // pauseRefused is why a sandbox with spec.paused cannot pause here, or nil. Such a sandbox is
@@ -165,174 +108,52 @@ func pauseStarting(bs *controlv1alpha1.BatchSandbox) bool {
 	return len(bs.Status.Snapshots) == 0 && bs.Status.Phase != controlv1alpha1.PhasePausing && bs.Status.Phase != controlv1alpha1.PhasePaused
 }
 
-// reconcilePause takes each replica's snapshot and deletes its pod once the status holds it.
-// pauseRefused must be nil.
-func (r *Reconciler) reconcilePause(ctx context.Context, bs *controlv1alpha1.BatchSandbox, result reconcile.Result) (reconcile.Result, error) {
+// actPause does what planPause says: the surplus pods go, and each replica's snapshot is taken
+// (snapshot.Runner, in the background), or found taken; what the snapshots came to
+// (planPaused) goes into the status, and only then do the pods whose snapshot the status holds
+// go. pauseRefused must be nil.
+func (r *Reconciler) actPause(ctx context.Context, obs *observed, p pausePlan, result reconcile.Result) (reconcile.Result, error) {
+	bs := obs.bs
 	logger := log.FromContext(ctx)
-	pods, err := r.listPods(ctx, bs)
-	if err != nil {
+	if err := r.remove(ctx, bs, p.remove); err != nil {
 		return reconcile.Result{}, err
 	}
-	desired := replicas(bs)
-	byReplica := map[int32]*corev1.Pod{}
-	going := 0
-	for i := range pods {
-		p := &pods[i]
-		idx, err := strconv.ParseInt(p.Labels[controlv1alpha1.LabelReplica], 10, 32)
-		switch {
-		case p.DeletionTimestamp != nil:
-			going++
-		case err != nil || idx < 0 || int32(idx) >= desired:
-			r.release(ctx, bs, p, "surplus after a scale-down")
-			going++
-		default:
-			byReplica[int32(idx)] = p
-		}
-	}
-
-	paused := metav1.Condition{Type: controlv1alpha1.ConditionPaused, Status: metav1.ConditionFalse, ObservedGeneration: bs.Generation}
-	var failed *metav1.Condition
-
 	key := types.NamespacedName{Namespace: bs.Namespace, Name: bs.Name}
-	snaps := map[int32]controlv1alpha1.SnapshotStatus{}
-	for _, sn := range bs.Status.Snapshots {
-		snaps[sn.Replica] = sn
-	}
-	var (
-		toDelete []*corev1.Pod
-		replaced []controlv1alpha1.SnapshotStatus
-		stages   []string
-		retry    time.Duration
-	)
-	requeueIn := func(d time.Duration) {
-		if retry == 0 || d < retry {
-			retry = d
+	jobs := map[int32]snapshotJob{}
+	for _, s := range p.steps {
+		if s.snapshot != nil {
+			job, err := r.Snapshots.Runner.Ensure(key, s.replica, s.pod.UID, s.pod.Status.HostIP, *s.snapshot)
+			jobs[s.replica] = snapshotJob{job: job, err: err}
 		}
 	}
-	idx := make([]int32, 0, len(byReplica))
-	for i := range byReplica {
-		idx = append(idx, i)
+	var egressCond *metav1.Condition
+	if p.noPodLeft {
+		egressCond = r.pausedEgress(ctx, bs)
 	}
-	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
-	for _, i := range idx {
-		p := byReplica[i]
-		if sn, ok := snaps[i]; ok && sn.PodUID == string(p.UID) {
-			toDelete = append(toDelete, p) // its snapshot is in the status already
-			continue
-		}
-		if p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 {
-			// Nothing ran there (still starting, or failed): there is nothing to keep. The
-			// replica keeps the snapshot it had, if any.
-			toDelete = append(toDelete, p)
-			continue
-		}
-		tag := snapshot.Tag(bs.UID, i, p.UID)
-		req := nodeapi.SnapshotRequest{
-			PodUID: string(p.UID), Namespace: p.Namespace, Pod: p.Name, Container: p.Spec.Containers[0].Name,
-			Image:    r.Snapshots.Registry.Repository(bs.Namespace, bs.Name) + ":" + tag,
-			MaxBytes: r.Snapshots.MaxBytes,
-		}
-		job, err := r.Snapshots.Runner.Ensure(key, i, p.UID, p.Status.HostIP, req)
-		if err != nil {
-			// Not the leader's runner yet: try again in a moment.
-			requeueIn(time.Second)
-			stages = append(stages, fmt.Sprintf("replica %d: waiting to start", i))
-			continue
-		}
-		switch {
-		case !job.Done:
-			stage := job.Stage
-			if stage == "" {
-				stage = "Starting"
-			}
-			stages = append(stages, fmt.Sprintf("replica %d: %s", i, stage))
-		case job.Err != nil:
-			reason := controlv1alpha1.ReasonSnapshotFailed
-			var f *snapshot.Failed
-			if errors.As(job.Err, &f) && (f.Reason == nodeapi.ReasonRegistryUnavailable || f.Reason == nodeapi.ReasonRegistryUnauthorized) {
-				reason = controlv1alpha1.ReasonRegistryUnavailable
-			}
-			if failed == nil {
-				failed = &metav1.Condition{Reason: reason,
-					Message: fmt.Sprintf("replica %d (pod %s): %v; the pod is kept, and the snapshot is taken again in %s", i, p.Name, job.Err, SnapshotRetryDelay)}
-				r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, reason, "Pause", "%s", failed.Message)
-			}
-			if left := SnapshotRetryDelay - time.Since(job.Finished); left > 0 {
-				requeueIn(left)
-			} else {
-				r.Snapshots.Runner.Forget(p.UID)
-				requeueIn(time.Millisecond)
-			}
-		default:
-			res := job.Result
-			sn := controlv1alpha1.SnapshotStatus{
-				Replica: i, Image: snapshot.ByDigest(res.Image, res.Digest), Tag: res.Image, Digest: res.Digest,
-				Size: res.Size, LayerSize: res.LayerSize, BaseImage: res.BaseImage,
-				CreationTime: metav1.NewTime(res.Created), Pod: p.Name, PodUID: string(p.UID),
-			}
-			if sn.CreationTime.IsZero() {
-				sn.CreationTime = metav1.NewTime(r.now())
-			}
-			if old, ok := snaps[i]; ok && old.Digest != sn.Digest {
-				replaced = append(replaced, old)
-			}
-			snaps[i] = sn
-			toDelete = append(toDelete, p)
-		}
+	out := planPaused(obs, p, jobs, egressCond, r.now(), time.Now())
+	for _, uid := range out.forget {
+		r.Snapshots.Runner.Forget(uid)
 	}
-
-	status := r.computeStatus(bs, byReplica, claimedNow(bs, byReplica), nil, nil)
-	status.Snapshots = status.Snapshots[:0:0]
-	for _, sn := range snaps {
-		status.Snapshots = append(status.Snapshots, sn)
-	}
-	sort.Slice(status.Snapshots, func(a, b int) bool { return status.Snapshots[a].Replica < status.Snapshots[b].Replica })
-	ready := metav1.Condition{Type: controlv1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: bs.Generation}
-	switch {
-	case failed != nil:
-		// The pods stay, and so does the phase the pods give: a sandbox whose snapshot failed
-		// is as usable as before.
-		paused.Reason, paused.Message = failed.Reason, failed.Message
-	case len(byReplica) == 0 && going == 0:
-		status.Phase = controlv1alpha1.PhasePaused
-		paused.Status, paused.Reason = metav1.ConditionTrue, controlv1alpha1.ReasonPaused
-		paused.Message = fmt.Sprintf("paused: %d replica(s) in snapshots, no pod left", len(status.Snapshots))
-		ready.Reason, ready.Message = controlv1alpha1.ReasonPaused, "the sandbox is paused; set spec.paused to false to resume it"
-		meta.SetStatusCondition(&status.Conditions, ready)
-		if c := r.pausedEgress(ctx, bs); c != nil {
-			meta.SetStatusCondition(&status.Conditions, *c)
-		}
-	default:
-		status.Phase = controlv1alpha1.PhasePausing
-		paused.Reason = controlv1alpha1.ReasonPausing
-		paused.Message = fmt.Sprintf("%d pod(s) left", len(byReplica)+going)
-		if len(stages) > 0 {
-			paused.Message += ": " + strings.Join(stages, ", ")
-		}
-	}
-	meta.SetStatusCondition(&status.Conditions, paused)
-	if status.Phase == controlv1alpha1.PhasePaused && bs.Status.Phase != controlv1alpha1.PhasePaused {
-		r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeNormal, controlv1alpha1.ReasonPaused, "Pause", "%s", paused.Message)
-	}
-	if err := r.writeStatus(ctx, bs, status); err != nil {
+	r.record(bs, out.events...)
+	if err := r.writeStatus(ctx, bs, out.status); err != nil {
 		return reconcile.Result{}, err
 	}
 
 	// Only now that the status holds their snapshots do the pods go.
-	for _, p := range toDelete {
-		logger.V(4).Info("deleting the pod of a paused replica", "pod", p.Name)
-		r.release(ctx, bs, p, "the sandbox paused")
-		r.Snapshots.Runner.Forget(p.UID)
+	for _, pod := range out.release {
+		logger.V(4).Info("deleting the pod of a paused replica", "pod", pod.Name)
+		r.release(ctx, bs, pod, "the sandbox paused")
+		r.Snapshots.Runner.Forget(pod.UID)
 	}
 	// A replica paused again has a new snapshot; the one before is no longer anyone's.
-	for _, old := range replaced {
+	for _, old := range out.replaced {
 		if err := r.Snapshots.Deleter.DeleteManifest(ctx, r.Snapshots.Registry.RepositoryPath(bs.Namespace, bs.Name), old.Digest); err != nil {
 			// The sandbox's deletion takes whatever is tagged with its UID: nothing is lost.
 			logger.Error(err, "deleting a replaced snapshot", "digest", old.Digest)
 		}
 	}
-	if retry > 0 && (result.RequeueAfter == 0 || retry < result.RequeueAfter) {
-		result.RequeueAfter = retry
+	if out.requeueAfter > 0 && (result.RequeueAfter == 0 || out.requeueAfter < result.RequeueAfter) {
+		result.RequeueAfter = out.requeueAfter
 	}
 	return result, nil
 }
@@ -356,49 +177,6 @@ func (r *Reconciler) pausedEgress(ctx context.Context, bs *controlv1alpha1.Batch
 		cond.Message = fmt.Sprintf("no pod while the sandbox is paused: its pods enforce revision %s when it resumes", cfg.Revision)
 	}
 	return cond
-}
-
-// claimedNow is, per replica, the runtime ID the status recorded for the pod it has now: what
-// a reconcile that claims nothing (pausing) keeps of the replicas' readiness.
-func claimedNow(bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod) map[int32]string {
-	claimed := map[int32]string{}
-	for i, p := range byReplica {
-		if st := statusOf(bs, i); st != nil && st.Name == p.Name {
-			claimed[i] = st.RuntimeID
-		}
-	}
-	return claimed
-}
-
-// resumeStatus makes the status of a sandbox that is not (or no longer) paused tell of its
-// resumption: Resuming until its pods are ready, Resumed after. Nothing changes for a sandbox
-// that never paused.
-func resumeStatus(bs *controlv1alpha1.BatchSandbox, status *controlv1alpha1.BatchSandboxStatus) {
-	prev := meta.FindStatusCondition(bs.Status.Conditions, controlv1alpha1.ConditionPaused)
-	if prev == nil || bs.Spec.Paused {
-		return
-	}
-	cond := metav1.Condition{Type: controlv1alpha1.ConditionPaused, Status: metav1.ConditionFalse, ObservedGeneration: bs.Generation}
-	wasPaused := bs.Status.Phase == controlv1alpha1.PhasePaused || bs.Status.Phase == controlv1alpha1.PhaseResuming
-	switch {
-	case status.Phase == controlv1alpha1.PhaseRunning:
-		cond.Reason = controlv1alpha1.ReasonResumed
-		cond.Message = fmt.Sprintf("running again, from %d snapshot(s)", len(status.Snapshots))
-		if !wasPaused && prev.Reason != controlv1alpha1.ReasonResumed {
-			cond.Message = "not paused: the pause was called off before it was done"
-		}
-	case wasPaused && status.Phase == controlv1alpha1.PhasePending:
-		status.Phase = controlv1alpha1.PhaseResuming
-		cond.Reason, cond.Message = controlv1alpha1.ReasonResuming, "making the replicas' pods from their snapshots"
-	default:
-		// Failed (an image the registry no longer has, say), or an unfinished pause called off:
-		// the Ready condition says why.
-		cond.Reason, cond.Message = prev.Reason, prev.Message
-		if prev.Reason == controlv1alpha1.ReasonPausing || prev.Reason == controlv1alpha1.ReasonPaused {
-			cond.Reason, cond.Message = controlv1alpha1.ReasonResuming, "making the replicas' pods from their snapshots"
-		}
-	}
-	meta.SetStatusCondition(&status.Conditions, cond)
 }
 
 // resumeBlocked tells why a Paused sandbox cannot get its pods back yet: the registry does not

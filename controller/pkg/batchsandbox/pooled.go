@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
@@ -25,7 +24,6 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxevents"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 // parallelWrites bounds the allocations (and claims) one reconcile makes at once: a
@@ -33,91 +31,25 @@ import (
 // kube-apiserver.
 const parallelWrites = 16
 
-// reconcilePooled keeps one pod of the pool per replica. A pod is allocated by one write: the
-// sandbox's labels and controller reference on the idle pod, with its resourceVersion as
-// precondition, so no pod is ever given to two sandboxes; then its execd is claimed for the
-// sandbox (env, entrypoint). Lost pods (deleted, evicted, failed) are replaced from the pool,
-// surplus ones are released.
-func (r *Reconciler) reconcilePooled(ctx context.Context, bs *controlv1alpha1.BatchSandbox, result reconcile.Result) (reconcile.Result, error) {
-	desired := replicas(bs)
-	pods, err := r.listPods(ctx, bs)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	byReplica := map[int32]*corev1.Pod{}
-	for i := range pods {
-		p := &pods[i]
-		idx, err := strconv.ParseInt(p.Labels[controlv1alpha1.LabelReplica], 10, 32)
-		switch {
-		case err != nil || idx < 0 || int32(idx) >= desired:
-			r.release(ctx, bs, p, "surplus after a scale-down") // and its replica needs no pod
-		case p.DeletionTimestamp != nil:
-			// Going: the replica gets another pod now, not after the grace period.
-		case p.Status.Phase == corev1.PodFailed:
-			r.release(ctx, bs, p, "failed: "+p.Status.Reason)
-		default:
-			if prev, ok := byReplica[int32(idx)]; ok {
-				// Two pods for one replica: only two controllers running at once can do that.
-				// Keep one, deterministically.
-				keep, drop := prev, p
-				if sandboxpod.Ready(p) && !sandboxpod.Ready(prev) || sandboxpod.Ready(p) == sandboxpod.Ready(prev) && p.Name < prev.Name {
-					keep, drop = p, prev
-				}
-				byReplica[int32(idx)] = keep
-				r.release(ctx, bs, drop, "a second pod of the same replica")
-				continue
-			}
-			byReplica[int32(idx)] = p
-		}
-	}
-
-	ended := endedReplicas(bs)
-	r.releaseEnded(ctx, bs, ended, byReplica)
-	var missing []int32
-	for i := int32(0); i < desired; i++ {
-		if _, ok := byReplica[i]; !ok && !ended[i] {
-			missing = append(missing, i)
-		}
+// actPooled does what planPooled says, keeping one pod of the pool per replica. A pod is
+// allocated by one write: the sandbox's labels and controller reference on the idle pod, with
+// its resourceVersion as precondition, so no pod is ever given to two sandboxes; its execd is
+// then claimed for the sandbox (env, entrypoint: serve). Lost pods (deleted, evicted, failed)
+// are replaced from the pool, surplus ones are released.
+func (r *Reconciler) actPooled(ctx context.Context, obs *observed, p pooledPlan) (*placed, error) {
+	bs := obs.bs
+	if err := r.remove(ctx, bs, p.remove); err != nil {
+		return nil, err
 	}
 	var failure *sandboxpod.Problem
-	if len(missing) > 0 {
-		failure, err = r.allocate(ctx, bs, missing, byReplica)
-		if err != nil {
-			return reconcile.Result{}, err
+	if len(p.missing) > 0 {
+		var err error
+		if failure, err = r.allocate(ctx, bs, p.missing, p.byReplica); err != nil {
+			return nil, err
 		}
 	}
-	r.reportLost(bs, byReplica, desired, ended)
-
-	eg := &egressOnce{r: r, bs: bs, pool: r.poolOf(ctx, bs)}
-	claimed, claimFailure, claimErr := r.claimAll(ctx, bs, eg, byReplica)
-	if failure == nil {
-		failure = claimFailure
-	}
-	// A pool pod gets the sandbox's policy at its claim; a pod of the sandbox's own (resumed
-	// from a snapshot) as soon as it has an address, for its init container waits for it.
-	eligible := addressed(byReplica)
-	for i, p := range byReplica {
-		if p.Labels[controlv1alpha1.LabelPool] != "" && claimed[i] == "" {
-			delete(eligible, i)
-		}
-	}
-	egressCond, egressErr := r.enforceEgress(ctx, bs, eg, byReplica, eligible)
-	tk, taskErr := r.reconcileTasks(ctx, bs, byReplica, claimed)
-	if err := r.updateStatus(ctx, bs, byReplica, claimed, tk, failure, egressCond); err != nil {
-		return reconcile.Result{}, err
-	}
-	if claimErr != nil {
-		return reconcile.Result{}, claimErr
-	}
-	if taskErr != nil {
-		return reconcile.Result{}, taskErr
-	}
-	if egressErr != nil {
-		// The workqueue's backoff retries it (a pod whose node agent has not answered yet); the expiry
-		// deadline is computed again then.
-		return reconcile.Result{}, egressErr
-	}
-	return result, nil
+	r.record(bs, lostEvents(bs, p.byReplica, p.desired, p.ended)...)
+	return &placed{byReplica: p.byReplica, failure: failure, eg: &egressOnce{r: r, bs: bs, pool: r.poolOf(ctx, bs)}, claimFirst: true}, nil
 }
 
 // allocate gives idle pods of the pool to the missing replicas, recording each in byReplica.
@@ -287,54 +219,15 @@ func (r *Reconciler) allocateOne(ctx context.Context, bs *controlv1alpha1.BatchS
 	return pod, nil
 }
 
-// poolNotAllowed says why a sandbox may not have the pool's pods, or nil: the pool refuses its
-// own template, or it makes pods of the namespace's level and the sandbox was not admitted for
-// those.
-func poolNotAllowed(bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool) *sandboxpod.Problem {
-	if c := meta.FindStatusCondition(pool.Status.Conditions, controlv1alpha1.PoolConditionReady); c != nil &&
-		c.Reason == controlv1alpha1.ReasonTemplateRefused && c.ObservedGeneration == pool.Generation {
-		return &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPoolNotAllowed, Pending: true,
-			Message: fmt.Sprintf("pool %q refuses its own template: %s", pool.Name, c.Message)}
-	}
-	if pool.Spec.PodSecurity == controlv1alpha1.PodSecurityNamespace &&
-		bs.Annotations[controlv1alpha1.AnnotationPodSecurity] != string(controlv1alpha1.PodSecurityNamespace) {
-		return &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPoolNotAllowed, Pending: true,
-			Message: fmt.Sprintf("pool %q makes pods of the namespace's pod security level (podSecurity: Namespace), which only sandboxes of users who may create pods get", pool.Name)}
-	}
-	return nil
-}
-
 // claimAll makes sure that the execd of every ready pod whose current container is not recorded
 // yet (new pods, and containers that restarted since) serves its pod's certificate (package
 // identity) and, for a pooled sandbox, belongs to the sandbox (a claim: env, entrypoint). It
 // returns the runtime ID recorded per replica, a problem to report, and an error worth a retry.
 func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSandbox, eg *egressOnce, byReplica map[int32]*corev1.Pod) (map[int32]string, *sandboxpod.Problem, error) {
-	claimed := map[int32]string{}
-	var todo []int32
-	for i, p := range byReplica {
-		rid := sandboxpod.RuntimeID(p)
-		if st := statusOf(bs, i); st != nil && st.Name == p.Name && st.RuntimeID != "" && st.RuntimeID == rid {
-			claimed[i] = rid
-			continue
-		}
-		if sandboxpod.Ready(p) && rid != "" {
-			todo = append(todo, i)
-		}
-	}
+	plan := planClaims(bs, byReplica)
+	claimed, todo, req := plan.claimed, plan.todo, plan.claim
 	if len(todo) == 0 {
 		return claimed, nil, nil
-	}
-	var req *execdapi.ClaimRequest
-	if bs.Spec.PoolRef != nil {
-		req = &execdapi.ClaimRequest{SandboxUID: string(bs.UID), Namespace: bs.Namespace, Name: bs.Name, Entrypoint: bs.Spec.Entrypoint}
-		for _, e := range bs.Spec.Env {
-			// execd sets these itself (and refuses a claim that sets them); the aggregated API
-			// refuses them, a BatchSandbox written directly may still carry them.
-			if _, reserved := execdapi.ReservedEnv(e.Name); reserved {
-				continue
-			}
-			req.Env = append(req.Env, execdapi.EnvVar{Name: e.Name, Value: e.Value})
-		}
 	}
 	claimer := r.Claimer
 	if claimer == nil {
@@ -434,41 +327,6 @@ func (r *Reconciler) defaultClaimer() Claimer {
 	return r.claimer
 }
 
-// release gives a pod back per the pool's recycleStrategy; Delete, the only one, deletes it:
-// a pod that ran a sandbox's code is never given to another. The UID precondition: a pod of
-// the same name made since is not ours.
-func (r *Reconciler) release(ctx context.Context, bs *controlv1alpha1.BatchSandbox, p *corev1.Pod, why string) {
-	if p.DeletionTimestamp != nil {
-		return
-	}
-	log.FromContext(ctx).V(4).Info("releasing pod", "pod", p.Name, "why", why)
-	r.Certifier.Forget(p.UID)
-	r.forgetEgress(p.UID)
-	if err := r.Client.Delete(ctx, p, ctrl.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		// The pod keeps the sandbox's labels, so the next reconcile tries again.
-		log.FromContext(ctx).Error(err, "releasing pod", "pod", p.Name)
-	}
-}
-
-// reportLost records an Event for each replica whose pod the status listed and that is gone or
-// replaced. The status then forgets that pod, so each loss is told once.
-func (r *Reconciler) reportLost(bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, desired int32, ended map[int32]bool) {
-	for _, st := range bs.Status.Pods {
-		if st.Replica >= desired || ended[st.Replica] {
-			continue
-		}
-		p, ok := byReplica[st.Replica]
-		switch {
-		case !ok:
-			r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodLost, "Replace",
-				"pod %s of replica %d is gone or failed; waiting for another pod of the pool", st.Name, st.Replica)
-		case p.Name != st.Name:
-			r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodLost, "Replace",
-				"pod %s of replica %d is gone or failed; replaced by %s", st.Name, st.Replica, p.Name)
-		}
-	}
-}
-
 // eventOnce records a problem as an Event on the Sandbox when the Ready condition does not say
 // it already.
 func (r *Reconciler) eventOnce(bs *controlv1alpha1.BatchSandbox, problem *sandboxpod.Problem, eventType, action string) {
@@ -476,13 +334,4 @@ func (r *Reconciler) eventOnce(bs *controlv1alpha1.BatchSandbox, problem *sandbo
 		return
 	}
 	r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, eventType, problem.Reason, action, "%s", problem.Message)
-}
-
-func statusOf(bs *controlv1alpha1.BatchSandbox, replica int32) *controlv1alpha1.SandboxPodStatus {
-	for i := range bs.Status.Pods {
-		if bs.Status.Pods[i].Replica == replica {
-			return &bs.Status.Pods[i]
-		}
-	}
-	return nil
 }

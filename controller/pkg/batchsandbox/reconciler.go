@@ -2,14 +2,17 @@
 // template, in pooled mode one warm pod per replica allocated from a Pool (pooled.go); every
 // pod's execd certified for its pod (package identity) and, in pooled mode, claimed for the
 // sandbox; and a status that says what a user can act on.
+//
+// A reconcile observes, plans and acts, as the Pool reconciler does: Reconcile (here) picks the
+// mode and observes; a pure plan per mode (plan.go) says what to do; the act functions do it,
+// each mode's in its file (direct mode here, pooled.go, pause.go, and tasks.go for the tasks of
+// either), and the status is written last.
 package batchsandbox
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -110,9 +113,10 @@ type PodCertifier interface {
 var _ PodCertifier = &identity.Certifier{}
 
 // Reconcile implements reconcile.Reconciler. It is idempotent: it creates what is missing,
-// deletes what is surplus, and writes the status only when it changed.
+// deletes what is surplus, and writes the status only when it changed. It reads top to bottom:
+// the guards, the mode, what is there (observe), what to do about it (a pure plan per mode,
+// plan.go), doing it (act), and the status.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	logger := log.FromContext(ctx)
 	bs := &controlv1alpha1.BatchSandbox{}
 	if err := r.Client.Get(ctx, req.NamespacedName, bs); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -123,162 +127,58 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if r.writes.stale(req.NamespacedName, bs.ResourceVersion) {
 		// The cache has not seen this process's last write of the sandbox yet; its watch
 		// event brings the next reconcile.
-		logger.V(5).Info("cache behind our last write; waiting for it", "resourceVersion", bs.ResourceVersion)
+		log.FromContext(ctx).V(5).Info("cache behind our last write; waiting for it", "resourceVersion", bs.ResourceVersion)
 		return reconcile.Result{}, nil
 	}
 	if bs.DeletionTimestamp != nil {
 		return reconcile.Result{}, r.finalize(ctx, bs)
 	}
-	// Expiry is driven by the deadline itself (RequeueAfter below), never by polling; after a
+	// Expiry is driven by the deadline itself (RequeueAfter), never by polling; after a
 	// restart the initial list brings every BatchSandbox here again.
-	var result reconcile.Result
-	if bs.Spec.ExpireTime != nil && !(r.PauseStopsExpiry && bs.Spec.Paused && bs.Status.Phase == controlv1alpha1.PhasePaused) {
-		left := bs.Spec.ExpireTime.Sub(r.now())
-		if left <= 0 {
-			return reconcile.Result{}, r.expire(ctx, bs)
-		}
-		result.RequeueAfter = left
+	left, expires := r.timeLeft(bs)
+	if expires && left <= 0 {
+		return reconcile.Result{}, r.expire(ctx, bs)
 	}
-	if !controllerutil.ContainsFinalizer(bs, controlv1alpha1.FinalizerPods) {
-		// A merge patch replaces the whole list: the optimistic lock keeps others' finalizers.
-		patch := ctrl.MergeFromWithOptions(bs.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(bs, controlv1alpha1.FinalizerPods)
-		before := bs.ResourceVersion
-		if err := r.Client.Patch(ctx, bs, patch); err != nil {
-			return reconcile.Result{}, fmt.Errorf("add finalizer: %w", err)
-		}
-		r.writes.wroteOver(req.NamespacedName, before)
+	result := reconcile.Result{RequeueAfter: left}
+	if err := r.ensureFinalizer(ctx, bs); err != nil {
+		return reconcile.Result{}, err
 	}
-	if bs.Spec.Paused {
-		refused := r.pauseRefused(ctx, bs)
-		if refused == nil {
-			return r.reconcilePause(ctx, bs, result)
-		}
-		if refused.Reason == controlv1alpha1.ReasonSnapshotPolicyMissing && (result.RequeueAfter == 0 || result.RequeueAfter > SnapshotRetryDelay) {
-			// Fixed by an install, which brings no event of the sandbox's: look again.
-			result.RequeueAfter = SnapshotRetryDelay
-		}
-	}
-	if why := r.resumeBlocked(ctx, bs); why != nil {
+
+	m, why := r.pickMode(ctx, bs, &result)
+	switch m {
+	case modeStayPaused:
 		return r.stayPaused(ctx, bs, why, result)
-	}
-	if bs.Spec.PoolRef != nil && !fromSnapshots(bs) {
-		return r.reconcilePooled(ctx, bs, result)
-	}
-	// Direct mode, and a pooled sandbox that resumed from its snapshots, whose pods are its own.
-	var pool *controlv1alpha1.Pool
-	if bs.Spec.PoolRef != nil {
-		pool = r.poolOf(ctx, bs)
-	} else if bs.Spec.Template == nil || len(bs.Spec.Template.Spec.Containers) == 0 {
+	case modeNoTemplate:
 		// The CRD refuses this; an object written before that rule existed gets a condition.
 		return result, r.updateStatus(ctx, bs, nil, nil, nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: "spec.template has no containers"})
 	}
-
-	pods, err := r.listPods(ctx, bs)
+	obs, err := r.observe(ctx, bs, m)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	desired := replicas(bs)
-	ended := endedReplicas(bs)
-	byReplica := map[int32]*corev1.Pod{}
-	for i := range pods {
-		p := &pods[i]
-		idx, err := strconv.ParseInt(p.Labels[controlv1alpha1.LabelReplica], 10, 32)
-		if err != nil || idx < 0 || int32(idx) >= desired || p.Name != podName(bs, int32(idx)) {
-			// Surplus after a scale-down (the highest indexes), or a pod whose label was
-			// tampered with.
-			if p.DeletionTimestamp == nil {
-				logger.V(4).Info("deleting surplus pod", "pod", ctrl.ObjectKeyFromObject(p))
-				if err := r.Client.Delete(ctx, p, ctrl.Preconditions{UID: &p.UID}); ctrl.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-					return reconcile.Result{}, fmt.Errorf("delete surplus pod: %w", err)
-				}
-			}
-			continue
-		}
-		if p.Status.Phase == corev1.PodFailed && p.DeletionTimestamp == nil && !ended[int32(idx)] {
-			// Evicted, or failed for good: the replica gets a new pod (of the same name, once
-			// this one is gone, which brings the next reconcile).
-			r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodLost, "Replace",
-				"pod %s of replica %d failed (%s %s); replacing it", p.Name, idx, p.Status.Reason, p.Status.Message)
-			r.release(ctx, bs, p, "failed: "+p.Status.Reason)
-		}
-		byReplica[int32(idx)] = p
+	var pl *placed
+	switch m {
+	case modePaused:
+		// Snapshots first, then the status that holds them, and only then do the pods go.
+		return r.actPause(ctx, obs, planPause(obs), result)
+	case modePooled:
+		pl, err = r.actPooled(ctx, obs, planPooled(obs))
+	default:
+		pl, err = r.actDirect(ctx, obs, planDirect(obs))
 	}
-	r.releaseEnded(ctx, bs, ended, byReplica)
-
-	var failure *sandboxpod.Problem
-	var clientCA []byte
-	var podEgress *sandboxpod.Egress
-	eg := &egressOnce{r: r, bs: bs, pool: pool}
-	for i := int32(0); i < desired; i++ {
-		if _, ok := byReplica[i]; ok || ended[i] {
-			continue
-		}
-		if clientCA == nil {
-			if clientCA, err = r.Authority.Bundle(); err != nil {
-				return reconcile.Result{}, err
-			}
-			if r.Egress != nil {
-				// The pod enforces the sandbox's current policy from its start: a replaced pod
-				// gets the policy as it is now, not as it was at creation.
-				cfg, err := eg.get(ctx)
-				var invalid *egress.InvalidPolicy
-				if errors.As(err, &invalid) {
-					// No pod without a policy it can enforce; a new spec brings a new reconcile.
-					return result, r.updateStatus(ctx, bs, byReplica, nil, nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPolicyFailed, Message: err.Error()})
-				}
-				if err != nil {
-					return reconcile.Result{}, err
-				}
-				podEgress = r.Egress.PodEgress(cfg)
-			}
-		}
-		tmpl, problem := r.replicaTemplate(bs, pool, i)
-		if problem != nil {
-			failure = problem
-			continue
-		}
-		pod := buildPod(bs, tmpl, i, r.ExecdImage, clientCA, podEgress, r.RuntimeClass)
-		err = r.Client.Create(ctx, pod)
-		switch {
-		case err == nil:
-			logger.V(4).Info("created pod", "pod", ctrl.ObjectKeyFromObject(pod), "replica", i)
-			byReplica[i] = pod
-		case apierrors.IsAlreadyExists(err):
-			// Our cache has not seen it yet; the watch will bring it.
-		case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
-			// The template cannot make a pod (or a quota/policy refuses it): retrying will not
-			// help until the user changes something, which brings a new event.
-			failure = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: err.Error()}
-			r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodCreateFailed, "CreatePod", "replica %d: %v", i, err)
-		default:
-			return reconcile.Result{}, fmt.Errorf("create pod for replica %d: %w", i, err)
-		}
-	}
-	// A replica is ready once its execd serves the pod's own certificate.
-	certified, problem, certErr := r.claimAll(ctx, bs, eg, byReplica)
-	if failure == nil {
-		failure = problem
-	}
-	// A direct-mode pod's policy is pushed as soon as the pod has an address: its init
-	// container waits for it, and execd (which certification needs) starts only after.
-	egressCond, egressErr := r.enforceEgress(ctx, bs, eg, byReplica, addressed(byReplica))
-	tk, taskErr := r.reconcileTasks(ctx, bs, byReplica, certified)
-	if err := r.updateStatus(ctx, bs, byReplica, certified, tk, failure, egressCond); err != nil {
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if certErr != nil {
-		return reconcile.Result{}, certErr
+	return r.report(ctx, bs, r.serve(ctx, bs, pl), result)
+}
+
+// timeLeft is how long the sandbox has before it expires; expires is false when it does not
+// (no expiry, or a Paused sandbox with PauseStopsExpiry).
+func (r *Reconciler) timeLeft(bs *controlv1alpha1.BatchSandbox) (left time.Duration, expires bool) {
+	if bs.Spec.ExpireTime == nil || r.PauseStopsExpiry && bs.Spec.Paused && bs.Status.Phase == controlv1alpha1.PhasePaused {
+		return 0, false
 	}
-	if taskErr != nil {
-		return reconcile.Result{}, taskErr
-	}
-	if egressErr != nil {
-		// The workqueue's backoff retries it (a pod whose node agent has not answered yet); the expiry
-		// deadline is computed again then.
-		return reconcile.Result{}, egressErr
-	}
-	return result, nil
+	return bs.Spec.ExpireTime.Sub(r.now()), true
 }
 
 // expire marks the BatchSandbox Expired and deletes it; the finalizer then removes its pods.
@@ -305,6 +205,22 @@ func (r *Reconciler) expire(ctx context.Context, bs *controlv1alpha1.BatchSandbo
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete expired sandbox: %w", err)
 	}
+	return nil
+}
+
+// ensureFinalizer adds the finalizer that keeps a sandbox until its pods are gone.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, bs *controlv1alpha1.BatchSandbox) error {
+	if controllerutil.ContainsFinalizer(bs, controlv1alpha1.FinalizerPods) {
+		return nil
+	}
+	// A merge patch replaces the whole list: the optimistic lock keeps others' finalizers.
+	patch := ctrl.MergeFromWithOptions(bs.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(bs, controlv1alpha1.FinalizerPods)
+	before := bs.ResourceVersion
+	if err := r.Client.Patch(ctx, bs, patch); err != nil {
+		return fmt.Errorf("add finalizer: %w", err)
+	}
+	r.writes.wroteOver(types.NamespacedName{Namespace: bs.Namespace, Name: bs.Name}, before)
 	return nil
 }
 
@@ -349,11 +265,66 @@ func (r *Reconciler) finalize(ctx context.Context, bs *controlv1alpha1.BatchSand
 	return nil
 }
 
-func replicas(bs *controlv1alpha1.BatchSandbox) int32 {
-	if bs.Spec.Replicas == nil {
-		return 1
+// mode is how a reconcile treats a sandbox.
+type mode int
+
+const (
+	// modeDirect: one pod of the sandbox's own per replica, from its template; also a pooled
+	// sandbox that resumed from its snapshots, whose pods are its own.
+	modeDirect mode = iota
+	// modePooled: one pod of the pool per replica (pooled.go).
+	modePooled
+	// modePaused: each replica is snapshotted and its pod freed (pause.go).
+	modePaused
+	// modeStayPaused: a Paused sandbox whose snapshots the registry cannot give back yet.
+	modeStayPaused
+	// modeNoTemplate: a direct-mode sandbox whose template has no containers.
+	modeNoTemplate
+)
+
+// pickMode says how the sandbox is reconciled, and for modeStayPaused why. A pause that cannot
+// be done here is reconciled as if the sandbox were not paused, with the refusal as its Paused
+// condition (updateStatus); one that waits for the snapshot policy is looked at again after
+// SnapshotRetryDelay, for the install that fixes it brings no event of the sandbox's.
+func (r *Reconciler) pickMode(ctx context.Context, bs *controlv1alpha1.BatchSandbox, result *reconcile.Result) (mode, *metav1.Condition) {
+	if bs.Spec.Paused {
+		refused := r.pauseRefused(ctx, bs)
+		if refused == nil {
+			return modePaused, nil
+		}
+		if refused.Reason == controlv1alpha1.ReasonSnapshotPolicyMissing && (result.RequeueAfter == 0 || result.RequeueAfter > SnapshotRetryDelay) {
+			result.RequeueAfter = SnapshotRetryDelay
+		}
 	}
-	return *bs.Spec.Replicas
+	if why := r.resumeBlocked(ctx, bs); why != nil {
+		return modeStayPaused, why
+	}
+	switch {
+	case bs.Spec.PoolRef != nil && !fromSnapshots(bs):
+		return modePooled, nil
+	case bs.Spec.PoolRef == nil && (bs.Spec.Template == nil || len(bs.Spec.Template.Spec.Containers) == 0):
+		return modeNoTemplate, nil
+	}
+	return modeDirect, nil
+}
+
+// observe reads what the plans work from: the sandbox's pods and, for a pooled sandbox that
+// resumed from its snapshots, the pool whose template its pods are made from.
+func (r *Reconciler) observe(ctx context.Context, bs *controlv1alpha1.BatchSandbox, m mode) (*observed, error) {
+	obs := &observed{bs: bs}
+	if m == modeDirect && bs.Spec.PoolRef != nil {
+		obs.pool = r.poolOf(ctx, bs)
+	}
+	if r.Snapshots != nil {
+		obs.snapshotRepo = r.Snapshots.Registry.Repository(bs.Namespace, bs.Name)
+		obs.snapshotMaxBytes = r.Snapshots.MaxBytes
+	}
+	pods, err := r.listPods(ctx, bs)
+	if err != nil {
+		return nil, err
+	}
+	obs.pods = pods
+	return obs, nil
 }
 
 func (r *Reconciler) listPods(ctx context.Context, bs *controlv1alpha1.BatchSandbox) ([]corev1.Pod, error) {
@@ -381,102 +352,210 @@ func (r *Reconciler) listPods(ctx context.Context, bs *controlv1alpha1.BatchSand
 	}), nil
 }
 
-// updateStatus computes the status from the pods and writes it if it changed. claimed holds,
-// per replica, the runtime ID of the container whose execd was certified (and, in pooled mode,
-// accepted the allocation): a replica is ready only when that is the running container.
+// poolOf is the sandbox's Pool from the cache, nil if it is not there.
+func (r *Reconciler) poolOf(ctx context.Context, bs *controlv1alpha1.BatchSandbox) *controlv1alpha1.Pool {
+	if bs.Spec.PoolRef == nil {
+		return nil
+	}
+	pool := &controlv1alpha1.Pool{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: bs.Namespace, Name: bs.Spec.PoolRef.Name}, pool); err != nil {
+		return nil
+	}
+	return pool
+}
+
+// placed is where acting on a direct or pooled plan left the replicas' pods, to be served.
+type placed struct {
+	byReplica map[int32]*corev1.Pod
+	// failure is the problem to report, if any.
+	failure *sandboxpod.Problem
+	// eg is the sandbox's egress policy, composed at most once per reconcile.
+	eg *egressOnce
+	// claimFirst: a pool pod gets the sandbox's policy at its claim (pooled mode).
+	claimFirst bool
+	// refused: no pod could enforce the sandbox's policy, so none was made and none is served
+	// (failure says why).
+	refused bool
+}
+
+// actDirect does what planDirect says: the pods of no replica are deleted, failed ones
+// released, and the replicas without a pod get one.
+func (r *Reconciler) actDirect(ctx context.Context, obs *observed, p directPlan) (*placed, error) {
+	bs := obs.bs
+	if err := r.remove(ctx, bs, p.remove); err != nil {
+		return nil, err
+	}
+	pl := &placed{byReplica: p.byReplica, eg: &egressOnce{r: r, bs: bs, pool: obs.pool}}
+	failure, refused, err := r.createPods(ctx, bs, pl.eg, p.create, p.byReplica)
+	if err != nil {
+		return nil, err
+	}
+	pl.failure = failure
+	if refused != nil {
+		// No pod without a policy it can enforce; a new spec brings a new reconcile.
+		pl.failure, pl.refused = refused, true
+	}
+	return pl, nil
+}
+
+// createPods makes the pods of the replicas that have none, in order, recording each in
+// byReplica. It returns the problem to report (the last one met), or, as refused, the problem
+// of a policy no pod could enforce, for which no pod is made; an error is worth a retry.
+func (r *Reconciler) createPods(ctx context.Context, bs *controlv1alpha1.BatchSandbox, eg *egressOnce, create []newPod,
+	byReplica map[int32]*corev1.Pod) (failure, refused *sandboxpod.Problem, err error) {
+	if len(create) == 0 {
+		return nil, nil, nil
+	}
+	clientCA, err := r.Authority.Bundle()
+	if err != nil {
+		return nil, nil, err
+	}
+	var podEgress *sandboxpod.Egress
+	if r.Egress != nil {
+		// The pod enforces the sandbox's current policy from its start: a replaced pod gets the
+		// policy as it is now, not as it was at creation.
+		cfg, err := eg.get(ctx)
+		var invalid *egress.InvalidPolicy
+		if errors.As(err, &invalid) {
+			return nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPolicyFailed, Message: err.Error()}, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		podEgress = r.Egress.PodEgress(cfg)
+	}
+	logger := log.FromContext(ctx)
+	for _, c := range create {
+		if c.problem != nil {
+			failure = c.problem
+			continue
+		}
+		pod := buildPod(bs, c.template, c.replica, r.ExecdImage, clientCA, podEgress, r.RuntimeClass)
+		err := r.Client.Create(ctx, pod)
+		switch {
+		case err == nil:
+			logger.V(4).Info("created pod", "pod", ctrl.ObjectKeyFromObject(pod), "replica", c.replica)
+			byReplica[c.replica] = pod
+		case apierrors.IsAlreadyExists(err):
+			// Our cache has not seen it yet; the watch will bring it.
+		case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
+			// The template cannot make a pod (or a quota/policy refuses it): retrying will not
+			// help until the user changes something, which brings a new event.
+			failure = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: err.Error()}
+			r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, controlv1alpha1.ReasonPodCreateFailed, "CreatePod", "replica %d: %v", c.replica, err)
+		default:
+			return nil, nil, fmt.Errorf("create pod for replica %d: %w", c.replica, err)
+		}
+	}
+	return failure, nil, nil
+}
+
+// remove takes a plan's pods from the sandbox, in order, each after its Event: a surplus pod
+// is deleted (the UID precondition: a pod of that name made since is not ours), any other is
+// released.
+func (r *Reconciler) remove(ctx context.Context, bs *controlv1alpha1.BatchSandbox, rm []removal) error {
+	for _, m := range rm {
+		if m.event != nil {
+			r.record(bs, *m.event)
+		}
+		if !m.surplus {
+			r.release(ctx, bs, m.pod, m.why)
+			continue
+		}
+		p := m.pod
+		log.FromContext(ctx).V(4).Info("deleting surplus pod", "pod", ctrl.ObjectKeyFromObject(p))
+		if err := r.Client.Delete(ctx, p, ctrl.Preconditions{UID: &p.UID}); ctrl.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete surplus pod: %w", err)
+		}
+	}
+	return nil
+}
+
+// release gives a pod back per the pool's recycleStrategy; Delete, the only one, deletes it:
+// a pod that ran a sandbox's code is never given to another. The UID precondition: a pod of
+// the same name made since is not ours.
+func (r *Reconciler) release(ctx context.Context, bs *controlv1alpha1.BatchSandbox, p *corev1.Pod, why string) {
+	if p.DeletionTimestamp != nil {
+		return
+	}
+	log.FromContext(ctx).V(4).Info("releasing pod", "pod", p.Name, "why", why)
+	r.Certifier.Forget(p.UID)
+	r.forgetEgress(p.UID)
+	if err := r.Client.Delete(ctx, p, ctrl.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		// The pod keeps the sandbox's labels, so the next reconcile tries again.
+		log.FromContext(ctx).Error(err, "releasing pod", "pod", p.Name)
+	}
+}
+
+// served is what serving a sandbox's pods came to, for its status.
+type served struct {
+	byReplica map[int32]*corev1.Pod
+	// claimed holds the runtime IDs of the certified (and, pooled, claimed) containers.
+	claimed map[int32]string
+	tasks   *taskResult
+	failure *sandboxpod.Problem
+	egress  *metav1.Condition
+	// retry are the errors worth a retry, in the order they are returned: the first one that
+	// is not nil, after the status is written.
+	retry []error
+	// statusOnly: the pods were not served (no policy they could enforce): the status is all
+	// there is, written without claims, egress and tasks.
+	statusOnly bool
+}
+
+// serve makes the placed pods the sandbox's: their execd certified (and a pool pod's claimed:
+// claimAll), the sandbox's policy pushed to them (enforceEgress), their tasks moved along
+// (reconcileTasks).
+func (r *Reconciler) serve(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pl *placed) *served {
+	if pl.refused {
+		return &served{byReplica: pl.byReplica, failure: pl.failure, statusOnly: true}
+	}
+	byReplica, failure := pl.byReplica, pl.failure
+	// A replica is ready once its execd serves the pod's own certificate.
+	claimed, problem, claimErr := r.claimAll(ctx, bs, pl.eg, byReplica)
+	if failure == nil {
+		failure = problem
+	}
+	// A pod of the sandbox's own gets its policy as soon as it has an address: its init
+	// container waits for it, and execd (which certification needs) starts only after. A pool
+	// pod gets it at its claim.
+	egressCond, egressErr := r.enforceEgress(ctx, bs, pl.eg, byReplica, egressEligible(byReplica, claimed, pl.claimFirst))
+	tk, taskErr := r.reconcileTasks(ctx, bs, byReplica, claimed)
+	return &served{byReplica: byReplica, claimed: claimed, tasks: tk, failure: failure, egress: egressCond,
+		retry: []error{claimErr, taskErr, egressErr}}
+}
+
+// report writes the status of served pods, and then returns the first error worth a retry:
+// the status is good all the same.
+func (r *Reconciler) report(ctx context.Context, bs *controlv1alpha1.BatchSandbox, s *served, result reconcile.Result) (reconcile.Result, error) {
+	if s.statusOnly {
+		return result, r.updateStatus(ctx, bs, s.byReplica, nil, nil, s.failure)
+	}
+	if err := r.updateStatus(ctx, bs, s.byReplica, s.claimed, s.tasks, s.failure, s.egress); err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, err := range s.retry {
+		if err != nil {
+			// The workqueue's backoff retries it (a pod whose node agent has not answered yet,
+			// say); the expiry deadline is computed again then.
+			return reconcile.Result{}, err
+		}
+	}
+	return result, nil
+}
+
+// updateStatus computes the status from the pods (planStatus) and writes it if it changed.
+// claimed holds, per replica, the runtime ID of the container whose execd was certified (and,
+// in pooled mode, accepted the allocation): a replica is ready only when that is the running
+// container.
 func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, tk *taskResult, failure *sandboxpod.Problem, extra ...*metav1.Condition) error {
-	status := r.computeStatus(bs, byReplica, claimed, tk, failure, extra...)
 	var refused *metav1.Condition
 	if bs.Spec.Paused {
 		refused = r.pauseRefused(ctx, bs)
 	}
-	if refused != nil {
-		if prev := meta.FindStatusCondition(bs.Status.Conditions, controlv1alpha1.ConditionPaused); prev == nil || prev.Reason != refused.Reason {
-			// Once, as the condition changes to it: the refusal is re-checked while it lasts.
-			r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, corev1.EventTypeWarning, refused.Reason, "Pause", "%s", refused.Message)
-		}
-		meta.SetStatusCondition(&status.Conditions, *refused)
-	} else {
-		resumeStatus(bs, &status)
-	}
+	status, events := planStatus(bs, byReplica, claimed, tk, failure, refused, extra...)
+	r.record(bs, events...)
 	return r.writeStatus(ctx, bs, status)
-}
-
-// computeStatus is the status of the sandbox with these pods (see updateStatus).
-func (r *Reconciler) computeStatus(bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, tk *taskResult, failure *sandboxpod.Problem, extra ...*metav1.Condition) controlv1alpha1.BatchSandboxStatus {
-	status := controlv1alpha1.BatchSandboxStatus{
-		ObservedGeneration: bs.Generation,
-		Conditions:         append([]metav1.Condition(nil), bs.Status.Conditions...),
-		Snapshots:          bs.Status.Snapshots,
-	}
-	idx := make([]int32, 0, len(byReplica))
-	for i := range byReplica {
-		idx = append(idx, i)
-	}
-	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
-
-	var podProblem *sandboxpod.Problem
-	for _, i := range idx {
-		p := byReplica[i]
-		ps := controlv1alpha1.SandboxPodStatus{Replica: i, Name: p.Name, IP: p.Status.PodIP, NodeName: p.Spec.NodeName,
-			Ready: sandboxpod.Ready(p), RuntimeID: sandboxpod.RuntimeID(p)}
-		if claimed != nil {
-			ps.RuntimeID = claimed[i]
-			ps.Ready = ps.Ready && ps.RuntimeID != "" && ps.RuntimeID == sandboxpod.RuntimeID(p)
-		}
-		status.Pods = append(status.Pods, ps)
-		status.Replicas++
-		if ps.Ready {
-			status.Ready++
-		}
-		switch {
-		case podProblem != nil:
-		case p.Status.Phase == corev1.PodFailed:
-			// Being replaced (direct mode; a pooled one is released at once): the replica
-			// waits for its next pod, which is no failure of the sandbox.
-			podProblem = &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodLost, Pending: true,
-				Message: fmt.Sprintf("pod %s of replica %d failed (%s %s) and is being replaced", p.Name, i, p.Status.Reason, p.Status.Message)}
-		default:
-			podProblem = sandboxpod.Failure(p)
-		}
-	}
-
-	// Replicas whose task ended and whose pod was released need no pod any more.
-	desired := replicas(bs)
-	for i := range endedReplicas(bs) {
-		if _, ok := byReplica[i]; !ok && i < desired {
-			desired--
-		}
-	}
-	cond := metav1.Condition{Type: controlv1alpha1.ConditionReady, ObservedGeneration: bs.Generation}
-	switch {
-	case failure != nil:
-		status.Phase = controlv1alpha1.PhaseFailed
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, failure.Reason, failure.Message
-		if failure.Pending {
-			status.Phase = controlv1alpha1.PhasePending
-		}
-	case podProblem != nil:
-		status.Phase = controlv1alpha1.PhaseFailed
-		if podProblem.Pending {
-			status.Phase = controlv1alpha1.PhasePending
-		}
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, podProblem.Reason, podProblem.Message
-	case status.Ready == desired:
-		status.Phase = controlv1alpha1.PhaseRunning
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, controlv1alpha1.ReasonPodsReady, fmt.Sprintf("%d/%d replicas ready", status.Ready, desired)
-	default:
-		status.Phase = controlv1alpha1.PhasePending
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, controlv1alpha1.ReasonPodsNotReady, fmt.Sprintf("%d/%d replicas ready", status.Ready, desired)
-	}
-	meta.SetStatusCondition(&status.Conditions, cond)
-	for _, c := range extra {
-		if c != nil {
-			meta.SetStatusCondition(&status.Conditions, *c)
-		}
-	}
-	r.applyTasks(bs, &status, tk)
-	return status
 }
 
 // writeStatus writes status if it differs from the sandbox's, with the PodsReady Event when
@@ -508,13 +587,9 @@ func readyWorthAnEvent(bs *controlv1alpha1.BatchSandbox, prev *metav1.Condition)
 	return bs.Spec.PoolRef == nil || prev != nil
 }
 
-// addressed are the replicas whose pods have an address.
-func addressed(byReplica map[int32]*corev1.Pod) map[int32]string {
-	out := make(map[int32]string, len(byReplica))
-	for i, p := range byReplica {
-		if p.Status.PodIP != "" {
-			out[i] = p.Status.PodIP
-		}
+// record records events about the sandbox, on its Sandbox.
+func (r *Reconciler) record(bs *controlv1alpha1.BatchSandbox, events ...sandboxEvent) {
+	for _, e := range events {
+		r.Recorder.Eventf(sandboxevents.SandboxRef(bs), nil, e.eventType, e.reason, e.action, "%s", e.message)
 	}
-	return out
 }
