@@ -731,9 +731,12 @@ func computeStatus(bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1
 	}
 
 	// Replicas whose task ended and whose pod was released need no pod any more.
-	desired := replicas(bs)
+	// Counted against the replicas the spec asks for, not against what is left of them, so
+	// that the count does not depend on the order of the map.
+	n := replicas(bs)
+	desired := n
 	for i := range endedReplicas(bs) {
-		if _, ok := byReplica[i]; !ok && i < desired {
+		if _, ok := byReplica[i]; !ok && i < n {
 			desired--
 		}
 	}

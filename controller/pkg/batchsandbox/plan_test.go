@@ -327,3 +327,25 @@ func TestPlanStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestComputeStatusEndedReplicas: replicas whose task ended and whose pods went are not
+// waited for, however the map of ended replicas is ordered.
+func TestComputeStatusEndedReplicas(t *testing.T) {
+	bs := newBatchSandbox(ptr.To[int32](3))
+	bs.Spec.TaskTemplate = &controlv1alpha1.TaskTemplate{Command: []string{"true"}}
+	bs.Status.Tasks = []controlv1alpha1.TaskStatus{
+		{Replica: 0, Phase: controlv1alpha1.TaskRunning},
+		{Replica: 1, Phase: controlv1alpha1.TaskSucceeded},
+		{Replica: 2, Phase: controlv1alpha1.TaskSucceeded},
+	}
+	p := replicaPod(0)
+	byReplica := map[int32]*corev1.Pod{0: &p}
+	// Map iteration order is random: enough rounds to see both orders of replicas 1 and 2.
+	for range 50 {
+		status, _ := computeStatus(bs, byReplica, map[int32]string{0: "containerd://c0"}, nil, nil)
+		ready := meta.FindStatusCondition(status.Conditions, controlv1alpha1.ConditionReady)
+		if ready == nil || ready.Reason != controlv1alpha1.ReasonPodsReady || ready.Message != "1/1 replicas ready" {
+			t.Fatalf("Ready = %+v, want PodsReady, 1/1 replicas ready", ready)
+		}
+	}
+}
