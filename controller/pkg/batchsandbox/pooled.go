@@ -75,18 +75,19 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 		return nil, err
 	}
 
-	// Workers take replicas and candidates in order; a candidate another sandbox won first
-	// (precondition failed) is skipped and the replica tries the next.
+	// Workers take replicas and candidates in order, a replica and its first candidate in one
+	// step, so that without a conflict replica k gets the k-th candidate whichever worker runs
+	// first; a candidate another sandbox won first (precondition failed) is skipped and the
+	// replica tries the next.
 	sandbox := types.NamespacedName{Namespace: bs.Namespace, Name: bs.Name}
 	var (
-		mu       sync.Mutex
-		next     int
-		firstErr error
-		wg       sync.WaitGroup
+		mu          sync.Mutex
+		next        int // of candidates
+		nextMissing int // of missing
+		firstErr    error
+		wg          sync.WaitGroup
 	)
-	take := func() *corev1.Pod {
-		mu.Lock()
-		defer mu.Unlock()
+	takeLocked := func() *corev1.Pod {
 		for next < len(candidates) {
 			c := candidates[next]
 			next++
@@ -96,12 +97,26 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 		}
 		return nil
 	}
-	work := make(chan int32)
+	take := func() *corev1.Pod {
+		mu.Lock()
+		defer mu.Unlock()
+		return takeLocked()
+	}
+	start := func() (int32, *corev1.Pod, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if nextMissing >= len(missing) {
+			return 0, nil, false
+		}
+		replica := missing[nextMissing]
+		nextMissing++
+		return replica, takeLocked(), true
+	}
 	workers := min(len(missing), parallelWrites)
 	for range workers {
 		wg.Go(func() {
-			for replica := range work {
-				for c := take(); c != nil; c = take() {
+			for replica, c, ok := start(); ok; replica, c, ok = start() {
+				for ; c != nil; c = take() {
 					pod, err := r.allocateOne(ctx, bs, replica, c)
 					if err == nil {
 						r.allocations.done(pod)
@@ -123,10 +138,6 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 			}
 		})
 	}
-	for _, replica := range missing {
-		work <- replica
-	}
-	close(work)
 	wg.Wait()
 	if firstErr != nil {
 		return nil, firstErr
