@@ -52,6 +52,8 @@ type HandlerConfig struct {
 	ProxyResponseHeaderTimeout time.Duration
 	// TaskStateDir keeps the pod's task (execdapi.TaskPath) and its state across container
 	// restarts; "" disables tasks: the task endpoints answer 404. It is made if missing.
+	// Processes (execdapi.ProcessesPath) keep their records in it and their output in
+	// TaskLogDir; without both, the process endpoints answer 404.
 	TaskStateDir string
 	// TaskLogDir holds the task's logs (execdapi.LogDir); required with TaskStateDir.
 	TaskLogDir string
@@ -68,8 +70,9 @@ type HandlerConfig struct {
 }
 
 // Handler serves execd's HTTP API on its TLS port: exec, files, proxy, identity, claims, the
-// task and metrics, each for the client identities the execdapi package names. It must be served with
-// ServerTLSConfig, which requires a client certificate of the kube-sandbox CA.
+// task, processes and metrics, each for the client identities the execdapi package names. It
+// must be served with ServerTLSConfig, which requires a client certificate of the kube-sandbox
+// CA.
 type Handler struct {
 	mux                 *http.ServeMux
 	proxyHandler        http.HandlerFunc
@@ -84,7 +87,8 @@ type Handler struct {
 	identityTokenFile   string
 	proxy               *localProxy
 	clock               clock.PassiveClock
-	tasks               *taskRunner // nil: tasks are disabled
+	tasks               *taskRunner     // nil: tasks are disabled
+	processes           *processManager // nil: processes are disabled
 
 	// Exec connections are hijacked, so http.Server.Shutdown neither waits
 	// for them nor ends them; the handler owns them instead.
@@ -156,6 +160,12 @@ func NewHandler(cfg HandlerConfig, id *ServerIdentity) (*Handler, error) {
 		h.current = &claim{sandboxUID: s.UID, namespace: s.Namespace, name: s.Name,
 			resp: execdapi.ClaimResponse{SandboxUID: s.UID}}
 	}
+	processes, err := newHandlerProcesses(cfg)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	h.processes = processes
 	if cfg.TaskStateDir != "" {
 		// Last: it resumes a task a previous execd of this container left, which nothing
 		// stops if NewHandler fails after it.
@@ -179,6 +189,7 @@ func NewHandler(cfg HandlerConfig, id *ServerIdentity) (*Handler, error) {
 	h.mux.HandleFunc("PUT "+execdapi.TaskPath, h.metrics.instrument("task:start", h.serveTaskStart))
 	h.mux.HandleFunc("GET "+execdapi.TaskPath, h.metrics.instrument("task", h.serveTask))
 	h.mux.HandleFunc("GET "+execdapi.TaskLogPath, h.metrics.instrument("task:log", h.serveTaskLog))
+	h.registerProcessRoutes()
 	metrics := h.metrics.handler()
 	h.mux.HandleFunc("GET "+MetricsPath, func(w http.ResponseWriter, req *http.Request) {
 		if h.allow(w, req, execdapi.APIServerIdentity, execdapi.ControllerIdentity) {
@@ -215,7 +226,8 @@ func (h *Handler) Close() error {
 // and waits until their handlers returned. It also kills the task's running attempt, if any
 // (its process group: SIGTERM, then SIGKILL after a short grace), and starts no other: execd
 // stops because its container does. The task's state stays Running, so that an execd of a
-// restarted container records the attempt as ContainerRestarted.
+// restarted container records the attempt as ContainerRestarted. The running processes are
+// stopped the same way, and their records stay, so that it reports them Lost.
 func (h *Handler) StopSessions() {
 	h.mu.Lock()
 	h.stopped = true
@@ -224,6 +236,7 @@ func (h *Handler) StopSessions() {
 	if h.tasks != nil {
 		h.tasks.stop()
 	}
+	h.processes.stop()
 	h.sessions.Wait()
 }
 
@@ -274,9 +287,10 @@ func (h *Handler) namedSandbox(req *http.Request) (*claim, int, string) {
 	return c, 0, ""
 }
 
-// execQuerySandbox is the sandbox an exec names in its query, "" for other requests.
+// execQuerySandbox is the sandbox an exec or a process attach names in its query, "" for
+// other requests.
 func execQuerySandbox(req *http.Request) string {
-	if req.URL.Path != execdapi.ExecPath {
+	if req.URL.Path != execdapi.ExecPath && !isProcessAttachPath(req.URL.Path) {
 		return ""
 	}
 	return req.URL.Query().Get(execdapi.ExecSandboxUIDParam)

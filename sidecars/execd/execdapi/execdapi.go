@@ -24,11 +24,14 @@
 //	POST      ClaimPath  allocation of a pool pod to a sandbox (claim.go)                 controller
 //	PUT, GET  TaskPath   the pod's task: start it, its state, a watch stream (task.go)    controller
 //	GET       TaskLogPath  the task's output (task.go)                                    either
+//	POST, GET ProcessesPath  processes that outlive a connection: start, list; below it   apiserver
+//	          each one's state, signal, log and attach (process.go)
 //	GET       MetricsPath  Prometheus metrics                                             either
 //
-// exec, files, proxy and the task need execd to belong to a sandbox: from its environment
-// (EnvSandboxUID, direct mode) or from a claim (pool mode). Each request must name that sandbox
-// (SandboxUIDHeader, or ExecSandboxUIDParam for exec): one that names none is refused (400).
+// exec, files, proxy, the task and processes need execd to belong to a sandbox: from its
+// environment (EnvSandboxUID, direct mode) or from a claim (pool mode). Each request must name
+// that sandbox (SandboxUIDHeader, or ExecSandboxUIDParam for exec and a process attach): one
+// that names none is refused (400).
 package execdapi
 
 import (
