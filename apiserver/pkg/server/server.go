@@ -170,6 +170,10 @@ func (c completedConfig) New() (*SandboxServer, error) {
 		"sandboxes/files":  &sandboxregistry.FilesREST{Access: access, MaxUploadBytes: c.ExtraConfig.MaxUploadBytes},
 		"sandboxes/log":    &sandboxregistry.LogREST{Access: access, Reader: backend},
 		"sandboxes/proxy":  &sandboxregistry.ProxyREST{Access: access},
+		"sandboxes/processes": &sandboxregistry.ProcessesREST{
+			Access: access, Reader: sandboxregistry.CacheFirst{Cache: informers, Direct: backend}, Clock: clk,
+		},
+		"sandboxes/attach": &sandboxregistry.AttachREST{Access: access},
 	}
 	if err := genericServer.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err

@@ -47,10 +47,42 @@ func addConversionFuncs(scheme *runtime.Scheme) error {
 		}); err != nil {
 		return err
 	}
+	if err := scheme.AddConversionFunc((*url.Values)(nil), (*SandboxProcessOptions)(nil),
+		func(a, b interface{}, _ conversion.Scope) error {
+			return ConvertURLValuesToSandboxProcessOptions(a.(*url.Values), b.(*SandboxProcessOptions))
+		}); err != nil {
+		return err
+	}
+	if err := scheme.AddConversionFunc((*url.Values)(nil), (*SandboxAttachOptions)(nil),
+		func(a, b interface{}, _ conversion.Scope) error {
+			return ConvertURLValuesToSandboxAttachOptions(a.(*url.Values), b.(*SandboxAttachOptions))
+		}); err != nil {
+		return err
+	}
 	return scheme.AddConversionFunc((*url.Values)(nil), (*SandboxExecOptions)(nil),
 		func(a, b interface{}, _ conversion.Scope) error {
 			return ConvertURLValuesToSandboxExecOptions(a.(*url.Values), b.(*SandboxExecOptions))
 		})
+}
+
+// boolParams sets each of dst from the parameter of its name, in the order given, so that the
+// same request always gets the same error.
+func boolParams(in *url.Values, dst []boolParam) error {
+	for _, p := range dst {
+		if v := in.Get(p.name); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("query parameter %q: %q is not a boolean", p.name, v)
+			}
+			*p.dst = b
+		}
+	}
+	return nil
+}
+
+type boolParam struct {
+	name string
+	dst  *bool
 }
 
 func replicaParam(in *url.Values, out *int32) error {
@@ -130,10 +162,11 @@ func ConvertURLValuesToSandboxLogOptions(in *url.Values, out *SandboxLogOptions)
 			*p.dst = b
 		}
 	}
+	out.Process = in.Get("process")
 	for _, p := range []struct {
 		name string
 		dst  **int64
-	}{{"tailLines", &out.TailLines}, {"limitBytes", &out.LimitBytes}} {
+	}{{"tailLines", &out.TailLines}, {"limitBytes", &out.LimitBytes}, {"offsetBytes", &out.OffsetBytes}} {
 		if v := in.Get(p.name); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
@@ -143,4 +176,30 @@ func ConvertURLValuesToSandboxLogOptions(in *url.Values, out *SandboxLogOptions)
 		}
 	}
 	return nil
+}
+
+// ConvertURLValuesToSandboxProcessOptions decodes the query parameters of the processes
+// subresource. Unknown parameters are ignored; malformed ones are an error. A replica is kept
+// as given, unset when the query has none (a list of every replica).
+func ConvertURLValuesToSandboxProcessOptions(in *url.Values, out *SandboxProcessOptions) error {
+	out.Path = in.Get("path")
+	if v := in.Get("replica"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			return fmt.Errorf("query parameter %q: %q is not an integer", "replica", v)
+		}
+		r := int32(n)
+		out.Replica = &r
+	}
+	return nil
+}
+
+// ConvertURLValuesToSandboxAttachOptions decodes attach query parameters. Unknown parameters
+// are ignored, as for pods/attach; malformed ones are an error.
+func ConvertURLValuesToSandboxAttachOptions(in *url.Values, out *SandboxAttachOptions) error {
+	if err := boolParams(in, []boolParam{{"stdin", &out.Stdin}, {"stdout", &out.Stdout}, {"stderr", &out.Stderr}, {"tty", &out.TTY}}); err != nil {
+		return err
+	}
+	out.Process = in.Get("process")
+	return replicaParam(in, &out.Replica)
 }

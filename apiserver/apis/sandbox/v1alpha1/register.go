@@ -34,7 +34,8 @@ func Resource(resource string) schema.GroupResource {
 
 func knownTypes() []runtime.Object {
 	return []runtime.Object{&Sandbox{}, &SandboxList{}, &SandboxExecOptions{}, &SandboxRenewal{}, &SandboxFilesOptions{}, &SandboxProxyOptions{}, &SandboxLogOptions{},
-		&SandboxFile{}, &SandboxFileList{}}
+		&SandboxFile{}, &SandboxFileList{}, &SandboxProcess{}, &SandboxProcessList{}, &SandboxProcessSignal{}, &SandboxProcessOptions{},
+		&SandboxAttachOptions{}}
 }
 
 func addKnownTypes(scheme *runtime.Scheme) error {

@@ -525,7 +525,10 @@ type SandboxExecOptions struct {
 }
 
 // SandboxLogOptions are the query parameters of the log subresource: a task's output, as
-// pods/log serves a container's.
+// pods/log serves a container's, or a process's (process). A process's log answers, in the
+// headers X-Kube-Sandbox-Log-Offset and X-Kube-Sandbox-Log-Next-Offset, at which byte of its
+// output the body starts and, when the body is complete at once, where the next read would
+// start: offsetBytes resumes there.
 //
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type SandboxLogOptions struct {
@@ -543,7 +546,16 @@ type SandboxLogOptions struct {
 	// limitBytes stops after that many bytes.
 	// +optional
 	LimitBytes *int64 `json:"limitBytes,omitempty"`
-	// previous returns the log of the previous attempt in the replica's pod.
+	// previous returns the log of the previous attempt in the replica's pod (tasks only).
 	// +optional
 	Previous bool `json:"previous,omitempty"`
+	// process is the ID of a process of the replica, whose output to read instead of the
+	// task's.
+	// +optional
+	Process string `json:"process,omitempty"`
+	// offsetBytes starts a process's log at that byte of its output, counted from its first;
+	// later, if those bytes were dropped (the headers say where it starts). It excludes
+	// tailLines.
+	// +optional
+	OffsetBytes *int64 `json:"offsetBytes,omitempty"`
 }

@@ -27,6 +27,11 @@ func (in Sandbox) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxAttachOptions) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxAttachOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxAutoRenew) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxAutoRenew"
 }
@@ -87,6 +92,41 @@ func (in SandboxPoolReference) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxProcess) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxProcess"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxProcessEnvVar) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxProcessEnvVar"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxProcessList) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxProcessList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxProcessOptions) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxProcessOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxProcessSignal) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxProcessSignal"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxProcessSpec) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxProcessSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxProcessStatus) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxProcessStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxProxyOptions) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxProxyOptions"
 }
@@ -134,4 +174,9 @@ func (in SandboxTaskStatus) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxTaskTemplate) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxTaskTemplate"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxTerminalSize) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxTerminalSize"
 }

@@ -36,6 +36,7 @@ import (
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
 		v1alpha1.Sandbox{}.OpenAPIModelName():                      schema_apiserver_apis_sandbox_v1alpha1_Sandbox(ref),
+		v1alpha1.SandboxAttachOptions{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxAttachOptions(ref),
 		v1alpha1.SandboxAutoRenew{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxAutoRenew(ref),
 		v1alpha1.SandboxEgressPort{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxEgressPort(ref),
 		v1alpha1.SandboxEgressRule{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxEgressRule(ref),
@@ -48,6 +49,13 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.SandboxNetworkPolicy{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxNetworkPolicy(ref),
 		v1alpha1.SandboxPodStatus{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref),
 		v1alpha1.SandboxPoolReference{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxPoolReference(ref),
+		v1alpha1.SandboxProcess{}.OpenAPIModelName():               schema_apiserver_apis_sandbox_v1alpha1_SandboxProcess(ref),
+		v1alpha1.SandboxProcessEnvVar{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessEnvVar(ref),
+		v1alpha1.SandboxProcessList{}.OpenAPIModelName():           schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessList(ref),
+		v1alpha1.SandboxProcessOptions{}.OpenAPIModelName():        schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessOptions(ref),
+		v1alpha1.SandboxProcessSignal{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessSignal(ref),
+		v1alpha1.SandboxProcessSpec{}.OpenAPIModelName():           schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessSpec(ref),
+		v1alpha1.SandboxProcessStatus{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessStatus(ref),
 		v1alpha1.SandboxProxyOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxProxyOptions(ref),
 		v1alpha1.SandboxRenewal{}.OpenAPIModelName():               schema_apiserver_apis_sandbox_v1alpha1_SandboxRenewal(ref),
 		v1alpha1.SandboxSnapshotStatus{}.OpenAPIModelName():        schema_apiserver_apis_sandbox_v1alpha1_SandboxSnapshotStatus(ref),
@@ -58,6 +66,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.SandboxTaskLifecycle{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskLifecycle(ref),
 		v1alpha1.SandboxTaskStatus{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskStatus(ref),
 		v1alpha1.SandboxTaskTemplate{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskTemplate(ref),
+		v1alpha1.SandboxTerminalSize{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxTerminalSize(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():   schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
 		v1.Affinity{}.OpenAPIModelName():                           schema_k8sio_api_core_v1_Affinity(ref),
 		v1.AppArmorProfile{}.OpenAPIModelName():                    schema_k8sio_api_core_v1_AppArmorProfile(ref),
@@ -407,6 +416,77 @@ func schema_apiserver_apis_sandbox_v1alpha1_Sandbox(ref common.ReferenceCallback
 		},
 		Dependencies: []string{
 			v1alpha1.SandboxSpec{}.OpenAPIModelName(), v1alpha1.SandboxStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxAttachOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxAttachOptions are the query parameters of the attach subresource, which joins a running process with the pods/attach protocol (WebSocket v5.channel.k8s.io, or SPDY), so that client-go's remotecommand executors work unchanged. Any number of clients may attach at once; each gets the output from the moment it attached (a TTY's: the last screen first), and detaching leaves the process running. The stream ends when the process exits.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"process": {
+						SchemaProps: spec.SchemaProps{
+							Description: "process is the ID of the process; required.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"replica": {
+						SchemaProps: spec.SchemaProps{
+							Description: "replica is the index of the replica it runs in. Defaults to 0.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"stdin": {
+						SchemaProps: spec.SchemaProps{
+							Description: "stdin passes the caller's input to the process, which must have been started with stdin.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"stdout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "stdout returns the process's standard output (a TTY's whole output).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"stderr": {
+						SchemaProps: spec.SchemaProps{
+							Description: "stderr returns its standard error.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"tty": {
+						SchemaProps: spec.SchemaProps{
+							Description: "tty: the process runs on a terminal and the caller is one; it must have been started with tty.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"process"},
+			},
+		},
 	}
 }
 
@@ -847,7 +927,7 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxLogOptions(ref common.Referen
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "SandboxLogOptions are the query parameters of the log subresource: a task's output, as pods/log serves a container's.",
+				Description: "SandboxLogOptions are the query parameters of the log subresource: a task's output, as pods/log serves a container's, or a process's (process). A process's log answers, in the headers X-Kube-Sandbox-Log-Offset and X-Kube-Sandbox-Log-Next-Offset, at which byte of its output the body starts and, when the body is complete at once, where the next read would start: offsetBytes resumes there.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"kind": {
@@ -894,9 +974,23 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxLogOptions(ref common.Referen
 					},
 					"previous": {
 						SchemaProps: spec.SchemaProps{
-							Description: "previous returns the log of the previous attempt in the replica's pod.",
+							Description: "previous returns the log of the previous attempt in the replica's pod (tasks only).",
 							Type:        []string{"boolean"},
 							Format:      "",
+						},
+					},
+					"process": {
+						SchemaProps: spec.SchemaProps{
+							Description: "process is the ID of a process of the replica, whose output to read instead of the task's.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"offsetBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "offsetBytes starts a process's log at that byte of its output, counted from its first; later, if those bytes were dropped (the headers say where it starts). It excludes tailLines.",
+							Type:        []string{"integer"},
+							Format:      "int64",
 						},
 					},
 				},
@@ -1023,6 +1117,404 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxPoolReference(ref common.Refe
 				Required: []string{"name"},
 			},
 		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxProcess(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxProcess is a process that outlives the connection that started it, in one replica of a sandbox. POST one to the processes subresource to start it; the answer, at once, has its ID. GET the subresource lists the processes of every replica (replica=N: of one), GET processes/ID answers one, and POST processes/ID/signal a SandboxProcessSignal signals it. The log subresource serves its output (process=ID), and attach joins it.\n\nThe sandbox names a process: metadata.name is its ID in its replica's pod, random, so that the ID of a process of an earlier pod reaches no other; metadata.namespace is the sandbox's and metadata.creationTimestamp the start. What the server answers is what the pod runs: spec.command is the whole argv (with args appended) and spec.env is never returned, since its values may be secrets.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1alpha1.SandboxProcessSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1alpha1.SandboxProcessStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxProcessSpec{}.OpenAPIModelName(), v1alpha1.SandboxProcessStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessEnvVar(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxProcessEnvVar is one variable of a process's environment.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"value": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxProcessList is the processes of a sandbox: by replica, each replica's oldest first. A replica whose pod could not be asked is left out, with a warning that says why.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxProcess{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxProcess{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxProcessOptions are the query parameters of the processes subresource.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"path": {
+						SchemaProps: spec.SchemaProps{
+							Description: "path is what follows processes/ in the URL: nothing (every process, or a start), a process's ID, or ID/signal.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"replica": {
+						SchemaProps: spec.SchemaProps{
+							Description: "replica is the index of the replica whose processes to list, or whose process ID is; unset, a list has every replica's and an ID is replica 0's. A start takes spec.replica.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessSignal(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxProcessSignal is the body of a POST to processes/ID/signal: a signal for the process's group. The answer is the process.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"signal": {
+						SchemaProps: spec.SchemaProps{
+							Description: "signal is a signal's name, with or without SIG (\"TERM\", \"SIGINT\", \"KILL\"). Defaults to TERM.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"gracePeriodSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "gracePeriodSeconds, when set, sends KILL to the group that many seconds later if the process still runs (0: at once).",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxProcessSpec is what a process runs, and where. It runs as an exec does: the container's environment, the sandbox's env, then env; as the sandbox's user; in a process group of its own (with a TTY, a session whose terminal is its own), which its signals reach and which is killed when it exits.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"replica": {
+						SchemaProps: spec.SchemaProps{
+							Description: "replica is the index of the replica to run in. Defaults to 0.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"command": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "command is the executable and its first arguments; required.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"args": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "args are appended to command.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"env": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "env is added to the sandbox's environment; later entries win. It is never returned.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxProcessEnvVar{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"workingDir": {
+						SchemaProps: spec.SchemaProps{
+							Description: "workingDir is the absolute directory it starts in; the container's by default.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"tty": {
+						SchemaProps: spec.SchemaProps{
+							Description: "tty runs it on a pseudo-terminal of its own: one output stream, and attached clients get the terminal (raw input, resizes, and a replay of the screen when they attach).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"terminalSize": {
+						SchemaProps: spec.SchemaProps{
+							Description: "terminalSize is the terminal's size until a client resizes it (tty only); 80x24 by default.",
+							Ref:         ref(v1alpha1.SandboxTerminalSize{}.OpenAPIModelName()),
+						},
+					},
+					"stdin": {
+						SchemaProps: spec.SchemaProps{
+							Description: "stdin keeps its standard input open for attached clients; without it, stdin is empty.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"stdinOnce": {
+						SchemaProps: spec.SchemaProps{
+							Description: "stdinOnce closes stdin when the first attached client with stdin detaches or ends its input, as a container's stdinOnce does; it needs stdin.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"timeoutSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "timeoutSeconds stops it (TERM, then KILL a few seconds later) after that long; 0: no limit.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"command"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxProcessEnvVar{}.OpenAPIModelName(), v1alpha1.SandboxTerminalSize{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxProcessStatus is what became of a process.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "phase is Running, Exited or Lost.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"pod": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pod runs (or ran) it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"pid": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pid is its process ID in the sandbox's container, and its process group's.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"exitCode": {
+						SchemaProps: spec.SchemaProps{
+							Description: "exitCode is set when it exited by itself.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"signal": {
+						SchemaProps: spec.SchemaProps{
+							Description: "signal (\"TERM\", \"KILL\", ...) is set when a signal killed it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "reason (Completed, Error, DeadlineExceeded, ContainerRestarted) and message say why it ended.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"startTime": {
+						SchemaProps: spec.SchemaProps{
+							Ref: ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"endTime": {
+						SchemaProps: spec.SchemaProps{
+							Ref: ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -1761,6 +2253,60 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskTemplate(ref common.Refer
 		},
 		Dependencies: []string{
 			v1alpha1.SandboxTaskEnvVar{}.OpenAPIModelName(), v1alpha1.SandboxTaskLifecycle{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxTerminalSize(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxTerminalSize is the size of a terminal, in characters.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"width": {
+						SchemaProps: spec.SchemaProps{
+							Default: 0,
+							Type:    []string{"integer"},
+							Format:  "int32",
+						},
+					},
+					"height": {
+						SchemaProps: spec.SchemaProps{
+							Default: 0,
+							Type:    []string{"integer"},
+							Format:  "int32",
+						},
+					},
+				},
+				Required: []string{"width", "height"},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_boolParam(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Type: []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"dst": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"boolean"},
+							Format: "",
+						},
+					},
+				},
+				Required: []string{"name", "dst"},
+			},
+		},
 	}
 }
 

@@ -37,8 +37,9 @@ const maxLogErrorBytes = 64 << 10
 var logOptionsKind = sandboxv1alpha1.SchemeGroupVersion.WithKind("SandboxLogOptions").GroupKind()
 
 // LogREST implements the log subresource: the output of a replica's task, as pods/log serves a
-// container's, streamed from the execd of the replica's pod (never through the kubelet) with
-// every write flushed, so that a follow shows output as it comes.
+// container's, or of one of its processes (process=ID, from a byte offset if asked), streamed
+// from the execd of the replica's pod (never through the kubelet) with every write flushed, so
+// that a follow shows output as it comes.
 //
 // Reading output runs nothing, so unlike exec, files and proxy it is authorized as what it is,
 // get on sandboxes/log (which the view role has, as it has pods/log), and a sandbox whose pods
@@ -88,10 +89,15 @@ func (r *LogREST) Connect(ctx context.Context, name string, opts runtime.Object,
 	namespace := genericapirequest.NamespaceValue(ctx)
 	ep, err := r.Resolver.Resolve(ctx, namespace, name, logOpts.Replica)
 	if err != nil {
+		if logOpts.Process != "" {
+			return nil, err
+		}
 		return nil, r.noPod(ctx, namespace, name, logOpts.Replica, err)
 	}
-	if err := runsTask(ep.Sandbox, name); err != nil {
-		return nil, err
+	if logOpts.Process == "" {
+		if err := runsTask(ep.Sandbox, name); err != nil {
+			return nil, err
+		}
 	}
 	if r.Renewer != nil {
 		r.Renewer.Touch(ctx, ep.Sandbox)
@@ -104,6 +110,10 @@ func (r *LogREST) Connect(ctx context.Context, name string, opts runtime.Object,
 		return nil, upstreamError(ep, err)
 	}
 	location := execdclient.URL(ep.Target, execdapi.TaskLogPath, logQuery(logOpts).Encode())
+	if logOpts.Process != "" {
+		// execd's offset headers pass back as they came.
+		location = execdclient.URL(ep.Target, execdapi.ProcessLogPath(logOpts.Process), processLogQuery(logOpts).Encode())
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		rp := &httputil.ReverseProxy{
 			// Rewrite, not Director: no X-Forwarded-* headers, hop-by-hop headers removed.
@@ -114,6 +124,9 @@ func (r *LogREST) Connect(ctx context.Context, name string, opts runtime.Object,
 			FlushInterval: -1,
 			ModifyResponse: func(resp *http.Response) error {
 				if resp.StatusCode < 200 || resp.StatusCode > 299 {
+					if logOpts.Process != "" {
+						return processLogError(resp, ep, name, logOpts)
+					}
 					return logError(resp, ep, name, logOpts)
 				}
 				if resp.Header.Get("Content-Type") == "" {
@@ -154,7 +167,7 @@ func validateLogOptions(opts *sandboxv1alpha1.SandboxLogOptions) field.ErrorList
 	if opts.LimitBytes != nil && *opts.LimitBytes < 1 {
 		errs = append(errs, field.Invalid(field.NewPath("limitBytes"), *opts.LimitBytes, "must be greater than 0"))
 	}
-	return errs
+	return append(errs, validateProcessLogOptions(opts)...)
 }
 
 // logQuery is what execd is asked for: the options it knows, and nothing else of the caller's
