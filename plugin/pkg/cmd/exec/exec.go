@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,7 +38,16 @@ var (
 		The command runs in the sandbox container of one replica (the first unless --replica is
 		given), with its standard output and error streamed back. If the sandbox was just
 		created, exec waits for the replica to be ready (see --pod-running-timeout). When the
-		command exits with a non-zero code, kubectl sandbox exits with the same code.`)
+		command exits with a non-zero code, kubectl sandbox exits with the same code.
+
+		With --detach the command is started as a process of the replica that outlives this
+		connection (the sandbox's processes subresource), and exec prints its ID at once, or
+		with -o the process. 'kubectl sandbox ps' lists the processes, 'kubectl sandbox logs
+		--process ID' prints a process's output, 'kubectl sandbox attach' joins it and
+		'kubectl sandbox kill' signals it. With -t a detached process runs on a terminal of its
+		own, and with -i its stdin stays open for the clients that attach. A process lives as
+		long as the replica's container: pausing a sandbox ends its processes, and resume
+		starts none again.`)
 
 	execExample = cmdutil.Examples(`
 		# Run 'date' in sandbox my-sandbox
@@ -50,7 +60,13 @@ var (
 		kubectl sandbox exec workers --replica 1 -i -- python - < script.py
 
 		# Commands whose flags look like ours must follow -- (do not quote the whole command)
-		kubectl sandbox exec my-sandbox -- ls -t /usr`)
+		kubectl sandbox exec my-sandbox -- ls -t /usr
+
+		# Start a web server that keeps running after exec returns, and print its ID
+		kubectl sandbox exec my-sandbox --detach -- python3 -m http.server 8000
+
+		# Start a shell on a terminal of its own, to attach to later
+		kubectl sandbox exec my-sandbox --detach -it -- bash`)
 )
 
 // RemoteExecutor runs a command over a streaming connection to url. It is the seam tests
@@ -112,6 +128,10 @@ type ExecOptions struct {
 	Env               []string
 	WorkingDir        string
 	Timeout           time.Duration
+	// Detach starts the command as a process of the replica and returns its ID.
+	Detach bool
+	// Output is how a detached process is printed: its ID, or one of outputFormats.
+	Output string
 
 	Namespace  string
 	Client     clientset.Interface
@@ -138,7 +158,7 @@ func NewCmdExec(f cmdutil.Factory, streams genericiooptions.IOStreams, executor 
 		o.Executor = executor
 	}
 	cmd := &cobra.Command{
-		Use:                   "exec NAME [--replica=N] [-i] [-t] -- COMMAND [ARG...]",
+		Use:                   "exec NAME [--replica=N] [-i] [-t] [--detach [-o json|yaml|name]] -- COMMAND [ARG...]",
 		DisableFlagsInUseLine: true,
 		Short:                 "Execute a command in a sandbox",
 		Long:                  execLong,
@@ -161,6 +181,9 @@ func NewCmdExec(f cmdutil.Factory, streams genericiooptions.IOStreams, executor 
 	cmd.Flags().StringArrayVarP(&o.Env, "env", "e", o.Env, "Environment variable NAME=VALUE for the command (repeatable).")
 	cmd.Flags().StringVarP(&o.WorkingDir, "workdir", "w", o.WorkingDir, "Absolute directory to run the command in (default: the container's).")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "Kill the command, and everything it started, after this long (whole seconds; 0: no limit).")
+	cmd.Flags().BoolVarP(&o.Detach, "detach", "d", o.Detach, "Start the command as a process that outlives exec, and print its ID.")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "With --detach, print the process in this format. One of: (json, yaml, name). Default: its ID.")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	cmd.Flags().DurationVar(&o.PodRunningTimeout, "pod-running-timeout", o.PodRunningTimeout, "How long to wait for the replica to be ready (like 5s, 2m, or 3h, higher than zero).")
 	return cmd
 }
@@ -225,17 +248,29 @@ func (o *ExecOptions) Validate() error {
 	if o.PodRunningTimeout <= 0 {
 		return fmt.Errorf("--pod-running-timeout must be higher than zero, got %s", o.PodRunningTimeout)
 	}
+	if o.Output != "" {
+		if !o.Detach {
+			return errors.New("--output is for --detach: an attached command prints its own output")
+		}
+		if !slices.Contains(outputFormats, o.Output) {
+			return fmt.Errorf("unknown output format %q; use one of: %s", o.Output, strings.Join(outputFormats, ", "))
+		}
+	}
 	if o.Out == nil || o.ErrOut == nil {
 		return errors.New("both output and error output must be provided")
 	}
 	return nil
 }
 
-// Run waits for the replica to be ready and runs the command in it. A command that exits
-// non-zero comes back as a k8s.io/utils/exec.ExitError carrying its code.
+// Run waits for the replica to be ready and runs the command in it, or with Detach starts it
+// as a process of the replica and returns. A command that exits non-zero comes back as a
+// k8s.io/utils/exec.ExitError carrying its code.
 func (o *ExecOptions) Run(ctx context.Context) error {
 	if err := o.waitForReplica(ctx); err != nil {
 		return err
+	}
+	if o.Detach {
+		return o.runDetached(ctx)
 	}
 
 	stdin, stdout, stderr := o.In, o.Out, o.ErrOut

@@ -3,6 +3,7 @@ package logs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -22,7 +23,7 @@ import (
 
 var (
 	logsLong = cmdutil.LongDesc(`
-		Print the output of a sandbox's task.
+		Print the output of a sandbox's task, or of one of its processes.
 
 		A sandbox created with a task ('kubectl sandbox create --task') runs it in each replica;
 		this prints what the task of one replica (the first unless --replica is given) wrote to
@@ -33,7 +34,15 @@ var (
 
 		A replica whose pod is not ready yet (a sandbox just created, a pod being replaced or
 		failing a readiness probe for a moment) is waited for, as kubectl logs waits for a pod,
-		up to --pod-running-timeout.`)
+		up to --pod-running-timeout.
+
+		With --process ID it prints the output of a process started with 'kubectl sandbox exec
+		--detach' (see 'kubectl sandbox ps') instead, in the replica it runs in: standard
+		output and error interleaved (a terminal's one stream), with -f until the process
+		exits. --offset-bytes starts at that byte of its output, counted from its first, so
+		that a reader can resume where it stopped; a process whose output outgrew what the
+		sandbox keeps starts later. A process's output lives as long as the replica's
+		container: pausing a sandbox ends its processes and drops their output.`)
 
 	logsExample = cmdutil.Examples(`
 		# Print the output of the task of sandbox eval
@@ -43,7 +52,13 @@ var (
 		kubectl sandbox logs eval --replica 2 -f
 
 		# Print the last 20 lines of the previous attempt, at most 1 MiB of them
-		kubectl sandbox logs eval --previous --tail 20 --limit-bytes 1048576`)
+		kubectl sandbox logs eval --previous --tail 20 --limit-bytes 1048576
+
+		# Follow the output of process p-6c3r2 of sandbox my-sandbox
+		kubectl sandbox logs my-sandbox --process p-6c3r2 -f
+
+		# Print the output of a process from its 4096th byte on
+		kubectl sandbox logs my-sandbox --process p-6c3r2 --offset-bytes 4096`)
 )
 
 // LogsOptions are the inputs of `kubectl sandbox logs`.
@@ -56,6 +71,10 @@ type LogsOptions struct {
 	Tail int64
 	// LimitBytes bounds the bytes printed; 0: no bound, as kubectl logs'.
 	LimitBytes int64
+	// Process is the ID of a process whose output to print instead of the task's.
+	Process string
+	// OffsetBytes is the byte of a process's output to start at; -1: its first (or tail).
+	OffsetBytes int64
 	// PodRunningTimeout bounds the wait for a replica that is not ready.
 	PodRunningTimeout time.Duration
 
@@ -72,16 +91,16 @@ const defaultPodRunningTimeout = 20 * time.Second
 // NewLogsOptions returns LogsOptions with kubectl logs' defaults: the whole log, a wait of 20 s
 // for a replica that is not ready.
 func NewLogsOptions(streams genericiooptions.IOStreams) *LogsOptions {
-	return &LogsOptions{Tail: -1, PodRunningTimeout: defaultPodRunningTimeout, IOStreams: streams}
+	return &LogsOptions{Tail: -1, OffsetBytes: -1, PodRunningTimeout: defaultPodRunningTimeout, IOStreams: streams}
 }
 
 // NewCmdLogs returns the `logs` command.
 func NewCmdLogs(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewLogsOptions(streams)
 	cmd := &cobra.Command{
-		Use:                   "logs NAME [--replica=N] [-f] [-p] [--tail=N] [--limit-bytes=N]",
+		Use:                   "logs NAME [--replica=N] [--process=ID [--offset-bytes=N]] [-f] [-p] [--tail=N] [--limit-bytes=N]",
 		DisableFlagsInUseLine: true,
-		Short:                 "Print the output of a sandbox's task",
+		Short:                 "Print the output of a sandbox's task or process",
 		Long:                  logsLong,
 		Example:               logsExample,
 		ValidArgsFunction:     cmdutil.SandboxNameCompletion(f, true),
@@ -100,6 +119,8 @@ func NewCmdLogs(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Co
 	cmd.Flags().BoolVarP(&o.Previous, "previous", "p", o.Previous, "Print the output of the previous attempt of the task, if there was one.")
 	cmd.Flags().Int64Var(&o.Tail, "tail", o.Tail, "Lines of the end of the output to print; -1: all of it.")
 	cmd.Flags().Int64Var(&o.LimitBytes, "limit-bytes", o.LimitBytes, "Bytes of output to print at most; 0: no limit.")
+	cmd.Flags().StringVar(&o.Process, "process", o.Process, "ID of a process (see 'kubectl sandbox ps') whose output to print instead of the task's.")
+	cmd.Flags().Int64Var(&o.OffsetBytes, "offset-bytes", o.OffsetBytes, "With --process, the byte of its output to start at; -1: from the first (or --tail).")
 	cmd.Flags().DurationVar(&o.PodRunningTimeout, "pod-running-timeout", o.PodRunningTimeout, "How long to wait for a replica that is not ready (like 5s, 2m, or 3h, higher than zero).")
 	return cmd
 }
@@ -145,6 +166,18 @@ func (o *LogsOptions) Validate() error {
 	if o.LimitBytes < 0 {
 		return fmt.Errorf("--limit-bytes must be 0 (no limit) or more, got %d", o.LimitBytes)
 	}
+	if o.OffsetBytes < -1 {
+		return fmt.Errorf("--offset-bytes must be -1 (from the first) or more, got %d", o.OffsetBytes)
+	}
+	if o.Process == "" && o.OffsetBytes >= 0 {
+		return errors.New("--offset-bytes is for the output of a process: use it with --process")
+	}
+	if o.Process != "" && o.Previous {
+		return errors.New("--previous is for a task's attempts: a process has one output")
+	}
+	if o.OffsetBytes >= 0 && o.Tail >= 0 {
+		return errors.New("--offset-bytes and --tail exclude each other")
+	}
 	if o.PodRunningTimeout <= 0 {
 		return fmt.Errorf("--pod-running-timeout must be higher than zero, got %s", o.PodRunningTimeout)
 	}
@@ -153,7 +186,11 @@ func (o *LogsOptions) Validate() error {
 
 // options are the query of the log request.
 func (o *LogsOptions) options() *sandboxv1alpha1.SandboxLogOptions {
-	opts := &sandboxv1alpha1.SandboxLogOptions{Replica: o.Replica, Follow: o.Follow, Previous: o.Previous}
+	opts := &sandboxv1alpha1.SandboxLogOptions{Replica: o.Replica, Follow: o.Follow, Previous: o.Previous, Process: o.Process}
+	if o.OffsetBytes >= 0 {
+		offset := o.OffsetBytes
+		opts.OffsetBytes = &offset
+	}
 	if o.Tail >= 0 {
 		tail := o.Tail
 		opts.TailLines = &tail

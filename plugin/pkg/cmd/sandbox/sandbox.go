@@ -1,5 +1,6 @@
 // Package sandbox is the root of kubectl-sandbox, the kubectl plugin for sandboxes of
-// sandbox.kube-sandbox.io: `kubectl sandbox create|get|list|exec|cp|ls|port-forward|tasks|logs|wait|renew|network|pause|resume|delete`.
+// sandbox.kube-sandbox.io: `kubectl sandbox
+// create|get|list|exec|ps|attach|kill|cp|ls|port-forward|tasks|logs|wait|renew|network|pause|resume|delete`.
 package sandbox
 
 import (
@@ -14,16 +15,19 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/attach"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/cp"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/create"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/delete"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/exec"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/get"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/kill"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/logs"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/ls"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/network"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/pause"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/portforward"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/ps"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/renew"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/tasks"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
@@ -35,8 +39,8 @@ const displayName = "kubectl sandbox"
 
 var (
 	sandboxLong = cmdutil.LongDesc(`
-		Create, inspect, run commands and tasks in, copy files to and from, renew and delete
-		sandboxes, and control what they may reach over the network.
+		Create, inspect, run commands, processes and tasks in, copy files to and from, renew
+		and delete sandboxes, and control what they may reach over the network.
 
 		A sandbox (sandboxes.sandbox.kube-sandbox.io) is an isolated, short-lived environment of
 		one or more pods that accept commands through the Kubernetes API. These commands use
@@ -54,6 +58,12 @@ var (
 		# Create a sandbox from an idle pod of the warm pool "python" and run a command in it
 		kubectl sandbox create fast --pool python
 		kubectl sandbox exec fast -- python3 -c 'print(6*7)'
+
+		# Start a web server that outlives exec, list it, read its output and stop it
+		kubectl sandbox exec fast --detach -- python3 -m http.server 8000
+		kubectl sandbox ps fast
+		kubectl sandbox logs fast --process p-6c3r2
+		kubectl sandbox kill fast p-6c3r2
 
 		# Create a sandbox that expires in an hour, and later keep it for another hour
 		kubectl sandbox create scratch --image busybox --timeout 1h
@@ -119,6 +129,9 @@ func NewCmdSandboxWithFactory(f cmdutil.Factory, streams genericiooptions.IOStre
 		get.NewCmdGet(f, streams),
 		get.NewCmdList(f, streams),
 		exec.NewCmdExec(f, streams, executor),
+		ps.NewCmdPs(f, streams),
+		attach.NewCmdAttach(f, streams, executor),
+		kill.NewCmdKill(f, streams),
 		cp.NewCmdCp(f, streams),
 		ls.NewCmdLs(f, streams),
 		portforward.NewCmdPortForward(f, streams),

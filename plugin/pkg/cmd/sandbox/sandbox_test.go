@@ -78,7 +78,7 @@ func TestExitCode(t *testing.T) {
 func TestHelp(t *testing.T) {
 	streams, _, _, _ := genericiooptions.NewTestIOStreams()
 	root := NewCmdSandbox(streams)
-	for _, name := range []string{"create", "exec", "cp", "ls", "port-forward", "tasks", "logs", "get", "list", "wait", "renew", "network", "delete"} {
+	for _, name := range []string{"create", "exec", "ps", "attach", "kill", "cp", "ls", "port-forward", "tasks", "logs", "get", "list", "wait", "renew", "network", "delete"} {
 		t.Run(name, func(t *testing.T) {
 			var sub *cobra.Command
 			for _, c := range root.Commands() {
@@ -207,6 +207,12 @@ current-context: ctx
 			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost/log"},
 		{name: "tasks reads the tasks subresource", args: []string{"tasks", "ghost"},
 			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost/tasks"},
+		{name: "ps reads the processes subresource", args: []string{"ps", "ghost"},
+			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost/processes"},
+		{name: "kill posts a signal", args: []string{"kill", "ghost", "p-abc"},
+			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "POST /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost/processes/p-abc/signal"},
+		{name: "logs of a process", args: []string{"logs", "ghost", "--process", "p-abc"},
+			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost/log"},
 		{name: "ls lists files, not sandboxes", args: []string{"ls", "ghost", "dir"},
 			wantErr: "Error from server (NotFound): sandboxes.sandbox.kube-sandbox.io \"ghost\" not found\n", wantPath: "GET /apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/from-context/sandboxes/ghost/files/dir"},
 		{name: "wait for the deletion of a missing sandbox", args: []string{"wait", "ghost", "--for=delete"},

@@ -59,6 +59,10 @@ func (s *Server) serveLog(w http.ResponseWriter, req *http.Request, name string)
 		writeStatus(w, err)
 		return
 	}
+	if opts.Process != "" {
+		s.serveProcessLog(w, name, opts)
+		return
+	}
 	sb := s.Sandbox(name)
 	if sb.Spec.TaskTemplate == nil {
 		writeStatus(w, sandboxregistry.NoTaskError(name))

@@ -2,14 +2,16 @@
 // subresource is served by execd's own handler over a temporary directory, its answers typed as
 // the real server types them, the proxy subresource echoes HTTP requests and upgraded
 // connections, the log subresource serves the task logs a test sets (see log.go), and the
-// tasks subresource the sandbox or the real server's table of its tasks (see tasks.go). The
-// sandboxes themselves are kept in memory (see objects.go) and served as the API server does:
+// tasks subresource the sandbox or the real server's table of its tasks (see tasks.go); the
+// processes subresource serves processes kept in memory, validated and tabled by the real
+// server's code, and the log subresource their output (see processes.go). The sandboxes themselves are kept in memory (see objects.go) and served as the API server does:
 // get, list and watch, create, JSON merge patch and update, with resourceVersions, generations
 // and conflicts, label and field selectors, and as tables from the real server's table code
 // (see table.go).
 package sandboxserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -52,8 +54,8 @@ type Request struct {
 	Path     string
 	RawQuery string
 	Header   http.Header
-	// Body is the body of a request for a sandbox or the collection; subresources' bodies
-	// are not kept.
+	// Body is the body of a request for a sandbox, the collection or processes (a start or a
+	// signal); other subresources' bodies are not kept.
 	Body []byte
 }
 
@@ -94,6 +96,11 @@ type Server struct {
 	requests []Request
 	store
 	logs map[taskLogKey]string
+	// procs are the processes of each sandbox, processLogs their output, nextPID the last
+	// process started.
+	procs       map[string][]*sandboxv1alpha1.SandboxProcess
+	processLogs map[processLogKey]string
+	nextPID     int32
 }
 
 // New starts a Server knowing the sandboxes of namespace, closed when the test ends.
@@ -160,6 +167,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		r.Body = body
 	}
+	if ok && sub == "processes" {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			writeStatus(w, apierrors.NewBadRequest(err.Error()))
+			return
+		}
+		r.Body = body
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	s.mu.Lock()
 	s.requests = append(s.requests, r)
 	s.mu.Unlock()
@@ -211,6 +227,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		s.serveLog(w, req, name)
 	case "tasks":
 		s.serveTasks(w, req, name)
+	case "processes":
+		s.serveProcesses(w, req, name, rest)
 	default:
 		writeStatus(w, apierrors.NewNotFound(sandboxv1alpha1.Resource("sandboxes/"+sub), name))
 	}
