@@ -138,3 +138,29 @@ func (q *sizeQueue) Next() *remotecommand.TerminalSize {
 		return nil
 	}
 }
+
+// Run runs a streaming session in raw mode with the terminal's size sent as it changes: run
+// gets the queue of sizes, which ends with ctx or when run returns. It is how both exec -t and
+// attach -t drive a remote terminal.
+func (t TTY) Run(ctx context.Context, run func(remotecommand.TerminalSizeQueue) error) error {
+	sizeCtx, stopSizes := context.WithCancel(ctx)
+	defer stopSizes()
+	sizeQueue := t.MonitorSize(sizeCtx)
+	return t.Safe(func() error { return run(sizeQueue) })
+}
+
+// Wanted reports whether a session gets a terminal, as kubectl exec and attach decide: only
+// with both -i and -t, and with a terminal as in. Asked for one without a terminal as in, it
+// says why on errOut unless quiet.
+func Wanted(tty, stdin bool, in io.Reader, errOut io.Writer, quiet bool) bool {
+	if !tty || !stdin {
+		return false
+	}
+	if !IsTerminal(in) {
+		if !quiet {
+			fmt.Fprintln(errOut, "Unable to use a TTY - input is not a terminal or the right kind of file")
+		}
+		return false
+	}
+	return true
+}

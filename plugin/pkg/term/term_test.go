@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -43,5 +44,27 @@ func TestWithoutTerminal(t *testing.T) {
 	want := errors.New("from fn")
 	if err := tty.Safe(func() error { return want }); err != want {
 		t.Errorf("Safe returned %v, want fn's error", err)
+	}
+}
+
+func TestWanted(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		tty, stdin, quiet bool
+		want              bool
+		wantSaid          bool
+	}{
+		{name: "-t without -i", tty: true},
+		{name: "-i without -t", stdin: true},
+		{name: "-i -t, no terminal as stdin: says why", tty: true, stdin: true, wantSaid: true},
+		{name: "-i -t -q, no terminal as stdin: quiet", tty: true, stdin: true, quiet: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var errOut bytes.Buffer
+			got := Wanted(tc.tty, tc.stdin, strings.NewReader(""), &errOut, tc.quiet)
+			if got != tc.want || (errOut.Len() > 0) != tc.wantSaid {
+				t.Errorf("Wanted = %v, said %q; want %v, said anything: %v", got, errOut.String(), tc.want, tc.wantSaid)
+			}
+		})
 	}
 }

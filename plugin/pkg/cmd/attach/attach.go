@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
@@ -160,26 +161,13 @@ func (o *AttachOptions) Run(ctx context.Context) error {
 	if !o.Quiet {
 		fmt.Fprintln(o.ErrOut, "If you don't see a command prompt, try pressing enter.")
 	}
-	t := term.TTY{In: o.In, Out: o.Out}
-	sizeCtx, stopSizes := context.WithCancel(ctx)
-	defer stopSizes()
-	sizeQueue := t.MonitorSize(sizeCtx)
-	return t.Safe(func() error {
-		return o.Executor.ExecuteWithContext(ctx, req.URL(), o.Config, stdin, stdout, stderr, true, sizeQueue)
+	return term.TTY{In: o.In, Out: o.Out}.Run(ctx, func(sizes remotecommand.TerminalSizeQueue) error {
+		return o.Executor.ExecuteWithContext(ctx, req.URL(), o.Config, stdin, stdout, stderr, true, sizes)
 	})
 }
 
 // setupTTY reports whether the session gets a terminal: only with -i -t and a terminal as
 // stdin, as kubectl attach decides.
 func (o *AttachOptions) setupTTY() bool {
-	if !o.TTY || !o.Stdin {
-		return false
-	}
-	if !term.IsTerminal(o.In) {
-		if !o.Quiet {
-			fmt.Fprintln(o.ErrOut, "Unable to use a TTY - input is not a terminal or the right kind of file")
-		}
-		return false
-	}
-	return true
+	return term.Wanted(o.TTY, o.Stdin, o.In, o.ErrOut, o.Quiet)
 }

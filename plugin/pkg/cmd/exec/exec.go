@@ -304,28 +304,15 @@ func (o *ExecOptions) Run(ctx context.Context) error {
 	if !tty {
 		return o.Executor.ExecuteWithContext(ctx, req.URL(), o.Config, stdin, stdout, stderr, false, nil)
 	}
-	t := term.TTY{In: o.In, Out: o.Out}
-	sizeCtx, stopSizes := context.WithCancel(ctx)
-	defer stopSizes()
-	sizeQueue := t.MonitorSize(sizeCtx)
-	return t.Safe(func() error {
-		return o.Executor.ExecuteWithContext(ctx, req.URL(), o.Config, stdin, stdout, stderr, true, sizeQueue)
+	return term.TTY{In: o.In, Out: o.Out}.Run(ctx, func(sizes remotecommand.TerminalSizeQueue) error {
+		return o.Executor.ExecuteWithContext(ctx, req.URL(), o.Config, stdin, stdout, stderr, true, sizes)
 	})
 }
 
 // setupTTY reports whether the session gets a terminal: only with -i -t and a terminal as
 // stdin, as kubectl exec decides.
 func (o *ExecOptions) setupTTY() bool {
-	if !o.TTY || !o.Stdin {
-		return false
-	}
-	if !term.IsTerminal(o.In) {
-		if !o.Quiet {
-			fmt.Fprintln(o.ErrOut, "Unable to use a TTY - input is not a terminal or the right kind of file")
-		}
-		return false
-	}
-	return true
+	return term.Wanted(o.TTY, o.Stdin, o.In, o.ErrOut, o.Quiet)
 }
 
 // waitForReplica returns once the replica can take commands, and fails early, with the reason,
