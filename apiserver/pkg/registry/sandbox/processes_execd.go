@@ -114,6 +114,10 @@ func processAnswerError(code int, contentType string, body []byte, ref processRe
 	switch {
 	case code == http.StatusForbidden:
 		return apierrors.NewInternalError(fmt.Errorf("the execd of pod %s refused sandbox-apiserver (check the client certificate it presents): %s", ref.pod, in.Message))
+	case code == http.StatusNotFound && in.Kind != "Status":
+		// Not execd's processes API answering but its mux, which has no such route: an execd
+		// from before processes existed, copied into a pod made then.
+		out.Message = fmt.Sprintf("the sandbox-execd of %s serves no processes: it predates them (its pod was made before this version); a sandbox made now has them", ref.where())
 	case code == http.StatusNotFound && ref.id != "" && in.Details != nil && in.Details.Name == ref.id:
 		out.Reason = metav1.StatusReasonNotFound
 		out.Details = &metav1.StatusDetails{Group: sandboxv1alpha1.GroupName, Kind: "processes", Name: ref.id}

@@ -460,6 +460,13 @@ func TestProcessAnswerError(t *testing.T) {
 				Details: &metav1.StatusDetails{Group: sandboxv1alpha1.GroupName, Kind: "processes", Name: "p-aaaaaaaa"}},
 		},
 		{
+			name: "an execd from before processes: its mux's 404", code: http.StatusNotFound, contentType: "text/plain; charset=utf-8",
+			body: "404 page not found\n", ref: ref,
+			want: metav1.Status{Code: 404, Reason: metav1.StatusReasonNotFound,
+				Message: `the sandbox-execd of replica 1 of sandbox "web", pod web-1 serves no processes: it predates them (its pod was made before this version); a sandbox made now has them`,
+				Details: &metav1.StatusDetails{Group: sandboxv1alpha1.GroupName, Kind: "sandboxes", Name: "web"}},
+		},
+		{
 			name: "a pod without processes", code: http.StatusNotFound, contentType: "application/json",
 			body: `{"kind":"Status","apiVersion":"v1","status":"Failure","code":404,"reason":"NotFound","message":"sandbox-execd runs no processes here"}`,
 			ref:  processRef{sandbox: "web", replica: 1, pod: "web-1"},
