@@ -19,6 +19,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/internal/httpjson"
 )
 
@@ -48,6 +49,7 @@ const (
 	opMkdir    = "files:mkdir"
 	opDelete   = "files:delete"
 	opMove     = "files:move"
+	opWatch    = "files:watch"
 	opUnknown  = "files:unknown"
 )
 
@@ -141,6 +143,9 @@ func filesOperation(req *http.Request) string {
 	case http.MethodGet, http.MethodHead:
 		if q.Get(StatParam) != "" {
 			return opStat
+		}
+		if req.Method == http.MethodGet && q.Get(execdapi.WatchParam) != "" {
+			return opWatch
 		}
 		return opDownload // or opList, decided once the path is opened
 	case http.MethodPut:
@@ -265,6 +270,8 @@ func (h *Handler) serveFiles(w http.ResponseWriter, req *http.Request) {
 		err = h.serveStat(w, req, name)
 	case opDownload:
 		err = h.serveGet(w, req, name, &op)
+	case opWatch:
+		err = h.serveWatch(w, req, name)
 	case opUpload:
 		err = h.serveUpload(w, req, name)
 	case opMkdir:

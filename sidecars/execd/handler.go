@@ -89,6 +89,8 @@ type Handler struct {
 	clock               clock.PassiveClock
 	tasks               *taskRunner     // nil: tasks are disabled
 	processes           *processManager // nil: processes are disabled
+	// watchSlots is a semaphore of the file watches running (execdapi.MaxFileWatches).
+	watchSlots chan struct{}
 
 	// Exec connections are hijacked, so http.Server.Shutdown neither waits
 	// for them nor ends them; the handler owns them instead.
@@ -139,6 +141,7 @@ func NewHandler(cfg HandlerConfig, id *ServerIdentity) (*Handler, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		mux:                 http.NewServeMux(),
+		watchSlots:          make(chan struct{}, execdapi.MaxFileWatches),
 		executor:            cfg.Executor,
 		reaper:              cfg.Reaper,
 		entrypointStopGrace: cfg.EntrypointStopGrace,

@@ -4,6 +4,8 @@
 package files
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -160,6 +162,68 @@ func (c *Client) listPage(ctx context.Context, dir string, depth, limit int, tok
 		return nil, fmt.Errorf("%s:%s: %w", c.sandbox, dir, ErrNotADirectory)
 	}
 	return list, nil
+}
+
+// ErrWatchOverflow is returned by Watch after an execdapi.FileOverflow event: changes were
+// lost, and the directory must be listed again.
+var ErrWatchOverflow = errors.New("the watch overflowed: changes were lost; list the directory again")
+
+// maxEventBytes bounds one line of a watch stream: an event is a path of at most PATH_MAX
+// (4096) bytes, escaped, and a few fields.
+const maxEventBytes = 64 << 10
+
+// Watch calls fn for each change of the directory dir, and of its subdirectories with
+// recursive, as the server streams them, until ctx ends (nil), the stream ends, fn fails or
+// the watch overflows (ErrWatchOverflow, after fn saw the FileOverflow event). Heartbeats are
+// skipped.
+func (c *Client) Watch(ctx context.Context, dir string, recursive bool, fn func(*execdapi.FileEvent) error) error {
+	req, err := c.request(http.MethodGet, dir)
+	if err != nil {
+		return err
+	}
+	req.Param(execdapi.WatchParam, "true")
+	if recursive {
+		req.Param(execdapi.RecursiveParam, "true")
+	}
+	body, header, err := stream(ctx, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer func() { _ = body.Close() }()
+	if mt, _, _ := mime.ParseMediaType(header.Get("Content-Type")); mt != execdapi.FileWatchContentType {
+		return fmt.Errorf("%s:%s: the server sent %q, not a watch stream", c.sandbox, dir, mt)
+	}
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 4096), maxEventBytes)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		ev := &execdapi.FileEvent{}
+		if err := json.Unmarshal(line, ev); err != nil {
+			return fmt.Errorf("decode watch event of %s: %w", dir, err)
+		}
+		if ev.Type == "Heartbeat" {
+			continue
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+		if ev.Type == execdapi.FileOverflow {
+			return ErrWatchOverflow
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("watch %s: %w", dir, err)
+	}
+	return nil
 }
 
 // ErrNotADirectory is returned by List for a file.

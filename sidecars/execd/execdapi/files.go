@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -33,6 +34,10 @@ const (
 	LimitParam    = "limit"
 	ContinueParam = "continue"
 	DepthParam    = "depth"
+	// GET: WatchParam=true on a directory streams its changes as FileEvents
+	// (FileWatchContentType) instead of listing it; RecursiveParam=true
+	// includes its subdirectories.
+	WatchParam = "watch"
 	// PUT: TypeParam ("file", the default, or "dir"), ModeParam (octal
 	// permission bits), MkdirsParam=true creates missing parents, and
 	// MaxBytesParam caps the upload below execd's own --max-upload-bytes.
@@ -40,7 +45,8 @@ const (
 	ModeParam     = "mode"
 	MkdirsParam   = "mkdirs"
 	MaxBytesParam = "maxBytes"
-	// DELETE: RecursiveParam=true removes a whole tree.
+	// DELETE: RecursiveParam=true removes a whole tree; GET with WatchParam:
+	// watch subdirectories too.
 	RecursiveParam = "recursive"
 	// POST: MoveToParam names the destination of a rename within the root;
 	// OverwriteParam=true allows replacing an existing destination.
@@ -59,6 +65,60 @@ const (
 	// one directory per level in memory.
 	MaxListDepth = 10
 )
+
+// File watches: GET DIR?watch=true[&recursive=true].
+const (
+	// FileWatchContentType is the media type of a watch stream: one FileEvent
+	// a line, and a bare newline every FileWatchHeartbeat without events.
+	FileWatchContentType = "application/x-ndjson"
+	// FileWatchHeartbeat keeps proxies and load balancers on the way from
+	// closing an idle stream; they commonly do so after 30 to 60 s.
+	FileWatchHeartbeat = 15 * time.Second
+	// MaxFileWatches bounds the concurrent watches of one execd: each holds an
+	// inotify instance, of which a user has 128 by default. The next is
+	// answered 429.
+	MaxFileWatches = 16
+	// FileWatchQueue bounds the events one watch holds for a slow client;
+	// past it the watch overflows.
+	FileWatchQueue = 1024
+	// MaxWatchedDirs bounds the directories one recursive watch watches: each
+	// is an inotify watch and an open descriptor. Past it the watch overflows.
+	MaxWatchedDirs = 4096
+)
+
+// FileEventType is the type of a FileEvent.
+type FileEventType string
+
+const (
+	// FileCreated: an entry appeared, created or renamed to its path. The
+	// entries of a directory that appears in a recursive watch are reported
+	// created too, possibly twice.
+	FileCreated FileEventType = "Created"
+	// FileWritten: a file's contents changed. Writes to one path that the
+	// client has not been sent yet are sent once.
+	FileWritten FileEventType = "Written"
+	// FileRemoved: an entry was removed. Path "." is the watched directory
+	// itself, and ends the stream.
+	FileRemoved FileEventType = "Removed"
+	// FileRenamed: an entry was renamed away from its path; its new path, if
+	// in the watch, comes as FileCreated. Path "." is the watched directory
+	// itself, and ends the stream.
+	FileRenamed FileEventType = "Renamed"
+	// FileOverflow: events were lost (a full queue, the kernel's, or too
+	// many directories). It is the last event: list the directory again and
+	// start another watch.
+	FileOverflow FileEventType = "Overflow"
+)
+
+// FileEvent is one line of a watch stream.
+type FileEvent struct {
+	Type FileEventType `json:"type"`
+	// Path is relative to the watched directory; empty for FileOverflow.
+	Path string `json:"path,omitempty"`
+	// Dir is true for a directory: always known for FileCreated, and for
+	// FileRemoved and FileRenamed in a recursive watch.
+	Dir bool `json:"dir"`
+}
 
 // FileType is the type of a FileInfo.
 type FileType string

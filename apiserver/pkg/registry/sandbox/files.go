@@ -84,6 +84,10 @@ func (r *FilesREST) Connect(ctx context.Context, name string, opts runtime.Objec
 			// Rewrite, not Director: no X-Forwarded-* headers, hop-by-hop headers removed.
 			Rewrite:   rewriteTo(location, ep),
 			Transport: transport,
+			// Each write flushed: a watch's events (execdapi.WatchParam) go out as they
+			// come, and nothing holds a whole answer. Contents are copied in 32 KiB
+			// writes, so a download pays little for it.
+			FlushInterval: -1,
 			ModifyResponse: func(resp *http.Response) error {
 				return TypedDescription(resp, kind)
 			},
@@ -105,7 +109,8 @@ func DescribedKind(req *http.Request) string {
 }
 
 // TypedDescription replaces execd's JSON description of files in a successful answer with the
-// typed kind of the sandbox API group. File contents and errors pass as they came.
+// typed kind of the sandbox API group. File contents, watch streams (execdapi.FileEvent lines
+// of execdapi.FileWatchContentType) and errors pass as they came.
 func TypedDescription(resp *http.Response, kind string) error {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 || resp.Request.Method == http.MethodHead {
 		return nil

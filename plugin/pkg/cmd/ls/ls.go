@@ -37,7 +37,13 @@ var (
 		Names of directories end with "/". With -l, each entry is shown with its permissions,
 		size and modification time, and symbolic links with their targets. --depth lists
 		subdirectories too, with paths relative to PATH. -o json and -o yaml print the
-		entries as a FileList.`)
+		entries as a FileList.
+
+		With --watch, PATH (a directory) is watched instead: each change inside it is printed
+		as it happens, one line each (Created, Written, Removed or Renamed, and the path
+		relative to PATH), until interrupted; --recursive watches its subdirectories too,
+		never through symbolic links. -o json prints each change as a JSON object on a line.
+		A watch that loses changes (Overflow) ends with an error: list again, then watch.`)
 
 	lsExample = cmdutil.Examples(`
 		# List the files root of sandbox my-sandbox
@@ -47,7 +53,10 @@ var (
 		kubectl sandbox ls my-sandbox results -l
 
 		# List three levels of the tree under src as JSON
-		kubectl sandbox ls my-sandbox src --depth 3 -o json`)
+		kubectl sandbox ls my-sandbox src --depth 3 -o json
+
+		# Print the changes under results as they happen
+		kubectl sandbox ls my-sandbox results --watch --recursive`)
 )
 
 // LsOptions are the inputs of `kubectl sandbox ls`.
@@ -59,6 +68,10 @@ type LsOptions struct {
 	Limit   int
 	Output  string
 	Replica int32
+	// Watch prints the directory's changes instead of listing it; Recursive includes its
+	// subdirectories.
+	Watch     bool
+	Recursive bool
 
 	Client *files.Client
 
@@ -74,7 +87,7 @@ func NewLsOptions(streams genericiooptions.IOStreams) *LsOptions {
 func NewCmdLs(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewLsOptions(streams)
 	cmd := &cobra.Command{
-		Use:                   "ls NAME [PATH] [-l] [--depth=N] [-o json|yaml]",
+		Use:                   "ls NAME [PATH] [-l] [--depth=N] [-o json|yaml] | ls NAME [PATH] --watch [--recursive] [-o json]",
 		DisableFlagsInUseLine: true,
 		Short:                 "List the files of a directory in a sandbox",
 		Long:                  lsLong,
@@ -95,6 +108,8 @@ func NewCmdLs(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Comm
 	cmd.Flags().IntVar(&o.Limit, "limit", o.Limit, "Entries to fetch per request; 0 for the server's default. All entries are listed either way.")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", o.Output, "Output format. One of: (json, yaml). Default: a listing.")
 	cmd.Flags().Int32Var(&o.Replica, "replica", o.Replica, "Index of the replica whose files to list.")
+	cmd.Flags().BoolVar(&o.Watch, "watch", o.Watch, "Print the changes of the directory as they happen, until interrupted, instead of listing it.")
+	cmd.Flags().BoolVar(&o.Recursive, "recursive", o.Recursive, "With --watch, watch the subdirectories too.")
 	return cmd
 }
 
@@ -138,11 +153,43 @@ func (o *LsOptions) Validate() error {
 	default:
 		return fmt.Errorf("unknown output format %q; use one of: json, yaml", o.Output)
 	}
+	if o.Recursive && !o.Watch {
+		return errors.New("--recursive needs --watch; use --depth to list subdirectories")
+	}
+	if o.Watch && (o.Long || o.Output == outputYAML || o.Depth != 1 || o.Limit != 0) {
+		return errors.New("--watch prints changes: -l, -o yaml, --depth and --limit do not apply")
+	}
 	return nil
+}
+
+// runWatch prints the changes of the directory until ctx ends.
+func (o *LsOptions) runWatch(ctx context.Context) error {
+	return o.Client.Watch(ctx, o.Path, o.Recursive, func(ev *execdapi.FileEvent) error {
+		if o.Output == outputJSON {
+			data, err := json.Marshal(ev)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(o.Out, "%s\n", data)
+			return err
+		}
+		if ev.Type == execdapi.FileOverflow {
+			return nil // the error says it
+		}
+		name := ev.Path
+		if ev.Dir && name != "." {
+			name += "/"
+		}
+		_, err := fmt.Fprintf(o.Out, "%-8s %s\n", ev.Type, name)
+		return err
+	})
 }
 
 // Run lists all pages, then prints them: columns are aligned over the whole listing.
 func (o *LsOptions) Run(ctx context.Context) error {
+	if o.Watch {
+		return o.runWatch(ctx)
+	}
 	list := sandboxv1alpha1.SandboxFileList{TypeMeta: metav1.TypeMeta{APIVersion: sandboxv1alpha1.SchemeGroupVersion.String(), Kind: "SandboxFileList"}, Items: []sandboxv1alpha1.SandboxFile{}}
 	err := o.Client.List(ctx, o.Path, o.Depth, o.Limit, func(fi *sandboxv1alpha1.SandboxFile) error {
 		list.Items = append(list.Items, *fi)
