@@ -28,28 +28,7 @@ import (
 // files API is answer.
 func newFilesExecd(t *testing.T, answer http.HandlerFunc) (*pki.Authority, execdclient.Target) {
 	t.Helper()
-	ca, err := pki.NewCA("kube-sandbox-ca@1", time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := pki.NewAuthority(nil)
-	a.Set(ca, nil)
-	key, err := pki.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	chain, _, err := a.IssuePodCertificate(key.Public(), logPodUID, "ns", "batch-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, err := pki.EncodeKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(chain, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, cert := podServerCertificate(t, logPodUID, "batch-0")
 	srv := httptest.NewUnstartedServer(answer)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAnyClientCert}
 	srv.StartTLS()

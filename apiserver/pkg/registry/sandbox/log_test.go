@@ -50,28 +50,7 @@ type fakeExecd struct {
 
 func newFakeExecd(t *testing.T, answer http.HandlerFunc) *fakeExecd {
 	t.Helper()
-	ca, err := pki.NewCA("kube-sandbox-ca@1", time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := pki.NewAuthority(nil)
-	a.Set(ca, nil)
-	key, err := pki.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	chain, _, err := a.IssuePodCertificate(key.Public(), logPodUID, "ns", "batch-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, err := pki.EncodeKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(chain, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, cert := podServerCertificate(t, logPodUID, "batch-0")
 	e := &fakeExecd{authority: a}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		e.mu.Lock()
@@ -511,4 +490,33 @@ func TestLogQuietFollow(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || err != nil || string(body) != "late\n" {
 		t.Errorf("status %d, log %q (%v); want the late line", resp.StatusCode, body, err)
 	}
+}
+
+// podServerCertificate is a fresh kube-sandbox CA and the serving certificate it issues to the
+// execd of pod podName (UID podUID) of namespace ns, for the fake execd servers of these tests.
+func podServerCertificate(t *testing.T, podUID, podName string) (*pki.Authority, tls.Certificate) {
+	t.Helper()
+	ca, err := pki.NewCA("kube-sandbox-ca@1", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := pki.NewAuthority(nil)
+	a.Set(ca, nil)
+	key, err := pki.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, _, err := a.IssuePodCertificate(key.Public(), podUID, "ns", podName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := pki.EncodeKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(chain, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, cert
 }

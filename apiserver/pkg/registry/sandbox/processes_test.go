@@ -54,28 +54,7 @@ var processStart = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func newProcessExecd(t *testing.T, podUID string) *processExecd {
 	t.Helper()
-	ca, err := pki.NewCA("kube-sandbox-ca@1", time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := pki.NewAuthority(nil)
-	a.Set(ca, nil)
-	key, err := pki.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	chain, _, err := a.IssuePodCertificate(key.Public(), podUID, "ns", "web-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, err := pki.EncodeKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(chain, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, cert := podServerCertificate(t, podUID, "web-0")
 	e := &processExecd{authority: a}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+execdapi.ProcessesPath, func(w http.ResponseWriter, req *http.Request) {
