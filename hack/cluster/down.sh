@@ -154,6 +154,17 @@ fi
 while iptables -w 5 -D FORWARD -i "$POD_BRIDGE" ! -o ksb+ -m comment --comment "$FORWARD_GUARD" -j DROP 2>/dev/null; do
 	log "removed the FORWARD guard of the pod bridge"
 done
+# sandbox-node's nftables tables (sidecars/egress/internal/nodefilter) outlive the agent, as
+# they must while a node runs: a pod is denied until the agent is back. A cluster that is
+# gone leaves them holding verdicts for pod addresses the next cluster hands out again, to
+# its own sandbox-controller too, which then cannot reach the kube-apiserver to certify the
+# agent that would clear them.
+for t in "inet kube_sandbox_egress" "netdev kube_sandbox_ingress" "inet kube_sandbox_egress_probe" "netdev kube_sandbox_ingress_probe"; do
+	# shellcheck disable=SC2086 # family and name are two words
+	if nft list table $t >/dev/null 2>&1 && nft delete table $t; then
+		log "removed sandbox-node's nftables table $t"
+	fi
+done
 # IPv4 forwarding as it was before up.sh (which recorded it) turned it on
 if [ -f "$IP_FORWARD_SAVED" ]; then
 	prev=$(cat "$IP_FORWARD_SAVED" 2>/dev/null || true)

@@ -47,7 +47,7 @@ ensure_packages() {
 }
 
 # apache2-utils: htpasswd, for the registry's bcrypt password file.
-CLUSTER_PACKAGES=(containerd runc containernetworking-plugins busybox-static debootstrap iptables conntrack bc openssl curl gettext-base apache2-utils)
+CLUSTER_PACKAGES=(containerd runc containernetworking-plugins busybox-static debootstrap iptables nftables conntrack bc openssl curl gettext-base apache2-utils)
 
 # --- local cluster -----------------------------------------------------------------------------
 # Images built by hack/images/build.sh (docker-archive tarballs in $IMAGES) and imported by
