@@ -125,7 +125,11 @@ type fileWatch struct {
 	// descriptor reserving the number in the path inotify was given for it;
 	// byWatchPath maps that path back. placeholder is what the reserved
 	// numbers refer to.
-	dirs        map[string]*os.File
+	dirs map[string]*os.File
+	// subdirs are the entries reported as directories since the watch
+	// began, watched or not: a directory removed before its own watch was
+	// in place is still said to be one.
+	subdirs     map[string]struct{}
 	byWatchPath map[string]string
 	placeholder int
 
@@ -151,7 +155,7 @@ func newFileWatch(root *os.Root, base string, recursive bool) (*fileWatch, error
 	}
 	return &fileWatch{
 		root: root, base: base, recursive: recursive, watcher: watcher,
-		dirs: map[string]*os.File{}, byWatchPath: map[string]string{}, placeholder: placeholder,
+		dirs: map[string]*os.File{}, subdirs: map[string]struct{}{}, byWatchPath: map[string]string{}, placeholder: placeholder,
 		notify: make(chan struct{}, 1),
 	}, nil
 }
@@ -247,6 +251,9 @@ func (fw *fileWatch) addTree(rel string, report bool) {
 		for _, e := range entries {
 			p := path.Join(rel, e.Name())
 			isDir := e.Type().IsDir()
+			if isDir && len(fw.subdirs) < execdapi.MaxWatchedDirs {
+				fw.subdirs[p] = struct{}{}
+			}
 			if report {
 				fw.push(execdapi.FileEvent{Type: execdapi.FileCreated, Path: p, Dir: isDir})
 			}
@@ -277,6 +284,11 @@ func (fw *fileWatch) dropTree(rel string) {
 			delete(fw.byWatchPath, wp)
 			delete(fw.dirs, p)
 			_ = f.Close()
+		}
+	}
+	for p := range fw.subdirs {
+		if p == rel || strings.HasPrefix(p, rel+"/") {
+			delete(fw.subdirs, p)
 		}
 	}
 }
@@ -341,6 +353,9 @@ func (fw *fileWatch) handle(ev fsnotify.Event) bool {
 	case ev.Has(fsnotify.Create):
 		fi, err := fw.root.Lstat(path.Join(fw.base, p))
 		isDir := err == nil && fi.IsDir()
+		if isDir && len(fw.subdirs) < execdapi.MaxWatchedDirs {
+			fw.subdirs[p] = struct{}{}
+		}
 		fw.push(execdapi.FileEvent{Type: execdapi.FileCreated, Path: p, Dir: isDir})
 		if isDir && fw.recursive {
 			if err := fw.addDir(p); errors.Is(err, errWatchOverflow) {
@@ -357,7 +372,9 @@ func (fw *fileWatch) handle(ev fsnotify.Event) bool {
 		if ev.Has(fsnotify.Rename) {
 			t = execdapi.FileRenamed
 		}
-		_, isDir := fw.dirs[p]
+		_, watched := fw.dirs[p]
+		_, known := fw.subdirs[p]
+		isDir := watched || known
 		fw.dropTree(p)
 		fw.push(execdapi.FileEvent{Type: t, Path: p, Dir: isDir})
 	}

@@ -151,6 +151,10 @@ func TestFilesWatch(t *testing.T) {
 	for _, ev := range s.until(t, execdapi.FileEvent{Type: execdapi.FileCreated, Path: "marker"}) {
 		t.Errorf("unexpected event %+v", ev)
 	}
+	// A directory seen created is still said to be one once it is gone,
+	// though it was never watched.
+	mustDo(t, os.RemoveAll(filepath.Join(dir, "sub")))
+	s.until(t, execdapi.FileEvent{Type: execdapi.FileRemoved, Path: "sub", Dir: true})
 
 	mustDo(t, os.RemoveAll(dir))
 	got := s.ends(t)
