@@ -47,6 +47,8 @@ ensure_packages() {
 }
 
 # apache2-utils: htpasswd, for the registry's bcrypt password file.
+# What the unit tests need of the machine: real Jupyter kernels for execd's code contexts.
+TEST_PACKAGES=(python3-ipykernel python3-matplotlib)
 CLUSTER_PACKAGES=(containerd runc containernetworking-plugins busybox-static debootstrap iptables nftables conntrack bc openssl curl gettext-base apache2-utils)
 
 # --- local cluster -----------------------------------------------------------------------------

@@ -57,6 +57,11 @@ type HandlerConfig struct {
 	TaskStateDir string
 	// TaskLogDir holds the task's logs (execdapi.LogDir); required with TaskStateDir.
 	TaskLogDir string
+	// ContextDir holds the files of the code contexts' kernels (execdapi.ContextsPath); it is
+	// emptied at start. "" disables code contexts: their endpoints answer 404.
+	ContextDir string
+	// ContextPython is the interpreter of the kernels; "": python3 on the sandbox's PATH.
+	ContextPython string
 	// TaskHeartbeat is how often a task watch without changes carries a bare newline; 0:
 	// execdapi.TaskHeartbeat.
 	TaskHeartbeat time.Duration
@@ -89,6 +94,7 @@ type Handler struct {
 	clock               clock.PassiveClock
 	tasks               *taskRunner     // nil: tasks are disabled
 	processes           *processManager // nil: processes are disabled
+	contexts            *contextManager // nil: code contexts are disabled
 	// watchSlots is a semaphore of the file watches running (execdapi.MaxFileWatches).
 	watchSlots chan struct{}
 
@@ -169,6 +175,12 @@ func NewHandler(cfg HandlerConfig, id *ServerIdentity) (*Handler, error) {
 		return nil, err
 	}
 	h.processes = processes
+	contexts, err := newHandlerContexts(cfg)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	h.contexts = contexts
 	if cfg.TaskStateDir != "" {
 		// Last: it resumes a task a previous execd of this container left, which nothing
 		// stops if NewHandler fails after it.
@@ -193,6 +205,7 @@ func NewHandler(cfg HandlerConfig, id *ServerIdentity) (*Handler, error) {
 	h.mux.HandleFunc("GET "+execdapi.TaskPath, h.metrics.instrument("task", h.serveTask))
 	h.mux.HandleFunc("GET "+execdapi.TaskLogPath, h.metrics.instrument("task:log", h.serveTaskLog))
 	h.registerProcessRoutes()
+	h.registerContextRoutes()
 	metrics := h.metrics.handler()
 	h.mux.HandleFunc("GET "+MetricsPath, func(w http.ResponseWriter, req *http.Request) {
 		if h.allow(w, req, execdapi.APIServerIdentity, execdapi.ControllerIdentity) {
@@ -230,7 +243,8 @@ func (h *Handler) Close() error {
 // (its process group: SIGTERM, then SIGKILL after a short grace), and starts no other: execd
 // stops because its container does. The task's state stays Running, so that an execd of a
 // restarted container records the attempt as ContainerRestarted. The running processes are
-// stopped the same way, and their records stay, so that it reports them Lost.
+// stopped the same way, and their records stay, so that it reports them Lost. The code
+// contexts' kernels end.
 func (h *Handler) StopSessions() {
 	h.mu.Lock()
 	h.stopped = true
@@ -240,6 +254,7 @@ func (h *Handler) StopSessions() {
 		h.tasks.stop()
 	}
 	h.processes.stop()
+	h.contexts.stop()
 	h.sessions.Wait()
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -77,10 +78,14 @@ func Serve(ctx context.Context, cfg ServeConfig, signals <-chan os.Signal) (int,
 	}
 	executor := NewExecutor(r)
 	taskStateDir, taskLogDir := taskDirs(cfg)
+	var contextDir string
+	if cfg.StateDir != "" {
+		contextDir = filepath.Join(cfg.StateDir, "contexts")
+	}
 	handler, err := NewHandler(HandlerConfig{
 		Executor: executor, Sandbox: cfg.Sandbox, IdentityTokenFile: cfg.IdentityTokenFile,
 		StreamIdleTimeout: cfg.StreamIdleTimeout, FilesRoot: cfg.FilesRoot, MaxUploadBytes: cfg.MaxUploadBytes, Reaper: r,
-		TaskStateDir: taskStateDir, TaskLogDir: taskLogDir,
+		TaskStateDir: taskStateDir, TaskLogDir: taskLogDir, ContextDir: contextDir,
 	}, id)
 	if err != nil {
 		return 1, err
