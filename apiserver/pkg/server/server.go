@@ -174,6 +174,9 @@ func (c completedConfig) New() (*SandboxServer, error) {
 			Access: access, Reader: sandboxregistry.CacheFirst{Cache: informers, Direct: backend}, Clock: clk,
 		},
 		"sandboxes/attach": &sandboxregistry.AttachREST{Access: access},
+		"sandboxes/contexts": &sandboxregistry.ContextsREST{
+			Access: access, Reader: sandboxregistry.CacheFirst{Cache: informers, Direct: backend}, Clock: clk,
+		},
 	}
 	if err := genericServer.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err

@@ -53,6 +53,12 @@ func addConversionFuncs(scheme *runtime.Scheme) error {
 		}); err != nil {
 		return err
 	}
+	if err := scheme.AddConversionFunc((*url.Values)(nil), (*SandboxCodeContextOptions)(nil),
+		func(a, b interface{}, _ conversion.Scope) error {
+			return ConvertURLValuesToSandboxCodeContextOptions(a.(*url.Values), b.(*SandboxCodeContextOptions))
+		}); err != nil {
+		return err
+	}
 	if err := scheme.AddConversionFunc((*url.Values)(nil), (*SandboxAttachOptions)(nil),
 		func(a, b interface{}, _ conversion.Scope) error {
 			return ConvertURLValuesToSandboxAttachOptions(a.(*url.Values), b.(*SandboxAttachOptions))
@@ -191,6 +197,17 @@ func ConvertURLValuesToSandboxProcessOptions(in *url.Values, out *SandboxProcess
 		r := int32(n)
 		out.Replica = &r
 	}
+	return nil
+}
+
+// ConvertURLValuesToSandboxCodeContextOptions decodes the query parameters of the contexts
+// subresource, as those of the processes subresource.
+func ConvertURLValuesToSandboxCodeContextOptions(in *url.Values, out *SandboxCodeContextOptions) error {
+	po := SandboxProcessOptions{}
+	if err := ConvertURLValuesToSandboxProcessOptions(in, &po); err != nil {
+		return err
+	}
+	out.Path, out.Replica = po.Path, po.Replica
 	return nil
 }
 

@@ -35,7 +35,7 @@ func Resource(resource string) schema.GroupResource {
 func knownTypes() []runtime.Object {
 	return []runtime.Object{&Sandbox{}, &SandboxList{}, &SandboxExecOptions{}, &SandboxRenewal{}, &SandboxFilesOptions{}, &SandboxProxyOptions{}, &SandboxLogOptions{},
 		&SandboxFile{}, &SandboxFileList{}, &SandboxProcess{}, &SandboxProcessList{}, &SandboxProcessSignal{}, &SandboxProcessOptions{},
-		&SandboxAttachOptions{}}
+		&SandboxAttachOptions{}, &SandboxCodeContext{}, &SandboxCodeContextList{}, &SandboxCodeContextOptions{}, &SandboxCodeRun{}}
 }
 
 func addKnownTypes(scheme *runtime.Scheme) error {

@@ -37,6 +37,46 @@ func (in SandboxAutoRenew) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxCodeContext) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxCodeContext"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxCodeContextList) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxCodeContextList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxCodeContextOptions) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxCodeContextOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxCodeContextSpec) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxCodeContextSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxCodeContextStatus) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxCodeContextStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxCodeError) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxCodeError"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxCodeRun) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxCodeRun"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxCodeRunEvent) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxCodeRunEvent"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxEgressPort) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxEgressPort"
 }

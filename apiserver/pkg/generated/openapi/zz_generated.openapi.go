@@ -38,6 +38,14 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.Sandbox{}.OpenAPIModelName():                      schema_apiserver_apis_sandbox_v1alpha1_Sandbox(ref),
 		v1alpha1.SandboxAttachOptions{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxAttachOptions(ref),
 		v1alpha1.SandboxAutoRenew{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxAutoRenew(ref),
+		v1alpha1.SandboxCodeContext{}.OpenAPIModelName():           schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContext(ref),
+		v1alpha1.SandboxCodeContextList{}.OpenAPIModelName():       schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContextList(ref),
+		v1alpha1.SandboxCodeContextOptions{}.OpenAPIModelName():    schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContextOptions(ref),
+		v1alpha1.SandboxCodeContextSpec{}.OpenAPIModelName():       schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContextSpec(ref),
+		v1alpha1.SandboxCodeContextStatus{}.OpenAPIModelName():     schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContextStatus(ref),
+		v1alpha1.SandboxCodeError{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeError(ref),
+		v1alpha1.SandboxCodeRun{}.OpenAPIModelName():               schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeRun(ref),
+		v1alpha1.SandboxCodeRunEvent{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeRunEvent(ref),
 		v1alpha1.SandboxEgressPort{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxEgressPort(ref),
 		v1alpha1.SandboxEgressRule{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxEgressRule(ref),
 		v1alpha1.SandboxExecOptions{}.OpenAPIModelName():           schema_apiserver_apis_sandbox_v1alpha1_SandboxExecOptions(ref),
@@ -509,6 +517,436 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxAutoRenew(ref common.Referenc
 				Required: []string{"extendSeconds"},
 			},
 		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContext(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxCodeContext is a stateful interpreter in one replica of a sandbox, as a Jupyter notebook's kernel is: variables, imports and the working directory persist between the runs of one context. It is a real Jupyter kernel (ipykernel), so the sandbox's image needs python3 with ipykernel (the sample Python image has it, and matplotlib).\n\nPOST one to the contexts subresource to make it (the answer comes once the interpreter is up); GET the subresource lists the contexts of every replica (replica=N: of one), GET contexts/ID answers one, DELETE contexts/ID ends it. POST contexts/ID/run a SandboxCodeRun runs code, and answers SandboxCodeRunEvents as they come; POST contexts/ID/interrupt interrupts a run, and the context keeps its state.\n\nmetadata.name is the context's ID in its replica's pod: the one asked for, or a random one; metadata.creationTimestamp is its start. spec.env is never returned. A context lives as long as its pod's container: pause and resume, and a container restart, end it.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1alpha1.SandboxCodeContextSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1alpha1.SandboxCodeContextStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxCodeContextSpec{}.OpenAPIModelName(), v1alpha1.SandboxCodeContextStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContextList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxCodeContextList is the contexts of a sandbox: by replica, each replica's oldest first. A replica whose pod could not be asked is left out, with a warning that says why.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxCodeContext{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxCodeContext{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContextOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxCodeContextOptions are the query parameters of the contexts subresource.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"path": {
+						SchemaProps: spec.SchemaProps{
+							Description: "path is what follows contexts/ in the URL: nothing (every context, or a make), a context's ID, ID/run or ID/interrupt.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"replica": {
+						SchemaProps: spec.SchemaProps{
+							Description: "replica is the index of the replica whose contexts to list, or whose context ID is; unset, a list has every replica's and an ID is replica 0's. A make takes spec.replica.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContextSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxCodeContextSpec is what a context runs, and where.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"replica": {
+						SchemaProps: spec.SchemaProps{
+							Description: "replica is the index of the replica to run in. Defaults to 0.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"language": {
+						SchemaProps: spec.SchemaProps{
+							Description: "language is the interpreter's: \"python\", the default and the only one today.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"env": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "env is added to the sandbox's environment; later entries win. It is never returned.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxProcessEnvVar{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"workingDir": {
+						SchemaProps: spec.SchemaProps{
+							Description: "workingDir is the absolute directory it starts in; the container's by default.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxProcessEnvVar{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContextStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxCodeContextStatus is how a context is.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "phase is Idle, Busy or Dead.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"pod": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pod runs it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"pid": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pid is its interpreter's process ID in the sandbox's container.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"languageVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "languageVersion is the interpreter's (\"3.11.2\").",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"executionCount": {
+						SchemaProps: spec.SchemaProps{
+							Description: "executionCount counts its runs, as a notebook's In[N] does.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"lastRunTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastRunTime is when its latest run began.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "message says why a Dead context ended.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeError(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxCodeError is an exception raised by a run.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name is the exception's class (\"ZeroDivisionError\"), value its message.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"value": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"traceback": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "traceback is the interpreter's, without terminal colours.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"name", "value"},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeRun(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxCodeRun is the body of a POST to contexts/ID/run: code to run in the context. The answer (200, application/jsonl) is SandboxCodeRunEvents, one JSON object per line, as the interpreter makes them; the last is of type end. A run that outlives timeoutSeconds, or whose client goes away, is interrupted: the context keeps its state.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"code": {
+						SchemaProps: spec.SchemaProps{
+							Description: "code is the source to run; required, at most 1 MiB.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"timeoutSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "timeoutSeconds interrupts the run after that long; 0: no limit.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"code"},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeRunEvent(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxCodeRunEvent is one line of a run's answer.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"type": {
+						SchemaProps: spec.SchemaProps{
+							Description: "type is stdout, stderr, result, display, error or end.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"text": {
+						SchemaProps: spec.SchemaProps{
+							Description: "text is stdout or stderr text, or a result's or display's text/plain.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"data": {
+						SchemaProps: spec.SchemaProps{
+							Description: "data is a result's or display's every representation by MIME type; binary ones (image/png) are base64.",
+							Type:        []string{"object"},
+							AdditionalProperties: &spec.SchemaOrBool{
+								Allows: true,
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"executionCount": {
+						SchemaProps: spec.SchemaProps{
+							Description: "executionCount is the run's number (result, end).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"error": {
+						SchemaProps: spec.SchemaProps{
+							Description: "error is an exception (error), or the one a run ended with (end, status error).",
+							Ref:         ref(v1alpha1.SandboxCodeError{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "status (end) is ok, error or aborted.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "reason (Interrupted, DeadlineExceeded, KernelDied) and message (end) say why a run did not end by itself.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"truncated": {
+						SchemaProps: spec.SchemaProps{
+							Description: "truncated (end): some output was too large and was dropped (over 4 MiB of stdout or stderr, an output over 16 MiB).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"type"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxCodeError{}.OpenAPIModelName()},
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"mime"
 	"net/http"
 	"strings"
-	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
-	"k8s.io/apiserver/pkg/warning"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -27,7 +25,6 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
-	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
@@ -260,79 +257,28 @@ func (r *ProcessesREST) signal(ctx context.Context, name, id string, replica int
 	return sandboxProcess(ep, replica, &st), nil
 }
 
-// replicaProcesses is what one replica answered a list with.
-type replicaProcesses struct {
-	replica int32
-	ep      *sandboxconn.Endpoint
-	items   []execdapi.ProcessState
-	err     error
-}
-
-// list lists the processes of one replica, or of every replica the sandbox has. A replica
-// whose pod cannot be asked (not ready yet, being replaced) is left out with a warning, as
-// long as another replica answered; when none did, the first one's error is the answer.
+// list lists the processes of one replica, or of every replica the sandbox has (see
+// listReplicas).
 func (r *ProcessesREST) list(ctx context.Context, name string, replica *int32) (*sandboxv1alpha1.SandboxProcessList, error) {
-	namespace := genericapirequest.NamespaceValue(ctx)
-	var replicas []int32
-	if replica != nil {
-		replicas = []int32{*replica}
-	} else {
-		bs := &controlv1alpha1.BatchSandbox{}
-		if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, bs); err != nil {
-			return nil, translateError(err, name)
-		}
-		for i := range ptr.Deref(bs.Spec.Replicas, 1) {
-			replicas = append(replicas, i)
-		}
-	}
-	results := make([]replicaProcesses, len(replicas))
-	slots := make(chan struct{}, listConcurrency)
-	var wg sync.WaitGroup
-	for i, rep := range replicas {
-		wg.Go(func() {
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			results[i] = r.listReplica(ctx, namespace, name, rep)
+	results, err := listReplicas(ctx, r.Reader, r.Resolver, name, replica, "processes",
+		func(ep *sandboxconn.Endpoint, rep int32) ([]execdapi.ProcessState, error) {
+			list := execdapi.ProcessList{}
+			err := r.processCall(ctx, ep, processRef{sandbox: name, replica: rep, pod: ep.Pod}, http.MethodGet, execdapi.ProcessesPath, nil, &list)
+			return list.Items, err
 		})
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
-
 	out := &sandboxv1alpha1.SandboxProcessList{Items: []sandboxv1alpha1.SandboxProcess{}}
-	var failed []replicaProcesses
-	var touched bool
-	for _, res := range results {
-		if res.err != nil {
-			failed = append(failed, res)
-			continue
-		}
-		if !touched {
+	for j, res := range results {
+		if j == 0 {
 			r.touch(ctx, res.ep)
-			touched = true
 		}
 		for i := range res.items {
 			out.Items = append(out.Items, *sandboxProcess(res.ep, res.replica, &res.items[i]))
 		}
 	}
-	if len(failed) > 0 && len(failed) == len(results) {
-		return nil, failed[0].err
-	}
-	for _, f := range failed {
-		warning.AddWarning(ctx, "", fmt.Sprintf("the processes of replica %d are not listed: %v", f.replica, f.err))
-	}
 	return out, nil
-}
-
-func (r *ProcessesREST) listReplica(ctx context.Context, namespace, name string, replica int32) replicaProcesses {
-	res := replicaProcesses{replica: replica}
-	res.ep, res.err = r.Resolver.Resolve(ctx, namespace, name, replica)
-	if res.err != nil {
-		return res
-	}
-	list := execdapi.ProcessList{}
-	ref := processRef{sandbox: name, replica: replica, pod: res.ep.Pod}
-	res.err = r.processCall(ctx, res.ep, ref, http.MethodGet, execdapi.ProcessesPath, nil, &list)
-	res.items = list.Items
-	return res
 }
 
 // touch counts a read of the processes as use of the sandbox for auto-renew, as reading its

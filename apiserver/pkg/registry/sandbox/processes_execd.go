@@ -11,12 +11,18 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
@@ -35,6 +41,25 @@ type processRef struct {
 	// kind is the kind of the request's body (SandboxProcess, SandboxProcessSignal), the
 	// one execd's validation errors are about; "" for a request without one.
 	kind string
+	// contexts: the request is to execd's code contexts API, not its processes API, and id
+	// is a context's.
+	contexts bool
+}
+
+// resource is the subresource the request is to, and noun what its id names.
+func (p processRef) resource() (resource, noun string) {
+	if p.contexts {
+		return "contexts", "code context"
+	}
+	return "processes", "process"
+}
+
+// plural is what the request's API serves: "processes" or "code contexts".
+func (p processRef) plural() string {
+	if p.contexts {
+		return "code contexts"
+	}
+	return "processes"
 }
 
 // where says where the process is, for messages.
@@ -78,7 +103,8 @@ func (a *Access) processCall(ctx context.Context, ep *sandboxconn.Endpoint, ref 
 		return badGateway(ep, fmt.Sprintf("it sent an answer of more than %d bytes", maxDescriptionBytes))
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return badGateway(ep, fmt.Sprintf("its answer is not what the processes API answers: %v", err))
+		resource, _ := ref.resource()
+		return badGateway(ep, fmt.Sprintf("its answer is not what the %s API answers: %v", resource, err))
 	}
 	return nil
 }
@@ -103,8 +129,9 @@ func processAnswerError(code int, contentType string, body []byte, ref processRe
 		in.Message = http.StatusText(code)
 	}
 	reason := in.Reason
+	resource, noun := ref.resource()
 	if reason == "" || in.Code != int32(code) {
-		reason = apierrors.NewGenericServerResponse(code, "", sandboxv1alpha1.Resource("sandboxes/processes"), "", "", 0, false).ErrStatus.Reason
+		reason = apierrors.NewGenericServerResponse(code, "", sandboxv1alpha1.Resource("sandboxes/"+resource), "", "", 0, false).ErrStatus.Reason
 	}
 	out := metav1.Status{
 		Status: metav1.StatusFailure, Code: int32(code), Reason: reason,
@@ -117,16 +144,20 @@ func processAnswerError(code int, contentType string, body []byte, ref processRe
 	case code == http.StatusNotFound && in.Kind != "Status":
 		// Not execd's processes API answering but its mux, which has no such route: an execd
 		// from before processes existed, copied into a pod made then.
-		out.Message = fmt.Sprintf("the sandbox-execd of %s serves no processes: it predates them (its pod was made before this version); a sandbox made now has them", ref.where())
+		out.Message = fmt.Sprintf("the sandbox-execd of %s serves no %s: it predates them (its pod was made before this version); a sandbox made now has them", ref.where(), ref.plural())
 	case code == http.StatusNotFound && ref.id != "" && in.Details != nil && in.Details.Name == ref.id:
 		out.Reason = metav1.StatusReasonNotFound
-		out.Details = &metav1.StatusDetails{Group: sandboxv1alpha1.GroupName, Kind: "processes", Name: ref.id}
-		out.Message = fmt.Sprintf("process %q not found in %s: it never ran in that pod, or it ended and was dropped to make room for newer ones", ref.id, ref.where())
+		out.Details = &metav1.StatusDetails{Group: sandboxv1alpha1.GroupName, Kind: resource, Name: ref.id}
+		why := "it never ran in that pod, or it ended and was dropped to make room for newer ones"
+		if ref.contexts {
+			why = "it was never made in that pod, it was deleted, or the pod's container restarted (or was paused) since"
+		}
+		out.Message = fmt.Sprintf("%s %q not found in %s: %s", noun, ref.id, ref.where(), why)
 	case code == http.StatusUnprocessableEntity && ref.kind != "":
 		out.Details = &metav1.StatusDetails{Group: sandboxv1alpha1.GroupName, Kind: ref.kind, Name: ref.id}
 		if in.Details != nil {
 			prefix := ""
-			if ref.kind == processKind.Kind {
+			if ref.kind == processKind.Kind || ref.kind == codeContextKind.Kind {
 				prefix = "spec."
 			}
 			for _, c := range in.Details.Causes {
@@ -215,4 +246,64 @@ func processLogError(resp *http.Response, ep *sandboxconn.Endpoint, name string,
 	_ = resp.Body.Close()
 	return processAnswerError(resp.StatusCode, resp.Header.Get("Content-Type"), data,
 		processRef{sandbox: name, replica: opts.Replica, pod: ep.Pod, id: opts.Process})
+}
+
+// replicaList is what the execd of one replica answered a list with.
+type replicaList[T any] struct {
+	replica int32
+	ep      *sandboxconn.Endpoint
+	items   []T
+	err     error
+}
+
+// listReplicas asks the execd of one replica (replica set), or of every replica the sandbox
+// has, for a list (one), at most listConcurrency pods at once, and answers the replicas that
+// answered, in order. A replica whose pod cannot be asked (not ready yet, being replaced) is
+// left out with a warning that names what it lists, as long as another replica answered;
+// when none did, the first one's error is the answer.
+func listReplicas[T any](ctx context.Context, reader client.Reader, resolver sandboxconn.Resolver, name string, replica *int32, what string,
+	one func(ep *sandboxconn.Endpoint, replica int32) ([]T, error)) ([]replicaList[T], error) {
+	namespace := genericapirequest.NamespaceValue(ctx)
+	var replicas []int32
+	if replica != nil {
+		replicas = []int32{*replica}
+	} else {
+		bs := &controlv1alpha1.BatchSandbox{}
+		if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, bs); err != nil {
+			return nil, translateError(err, name)
+		}
+		for i := range ptr.Deref(bs.Spec.Replicas, 1) {
+			replicas = append(replicas, i)
+		}
+	}
+	results := make([]replicaList[T], len(replicas))
+	slots := make(chan struct{}, listConcurrency)
+	var wg sync.WaitGroup
+	for i, rep := range replicas {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			res := &results[i]
+			res.replica = rep
+			if res.ep, res.err = resolver.Resolve(ctx, namespace, name, rep); res.err == nil {
+				res.items, res.err = one(res.ep, rep)
+			}
+		})
+	}
+	wg.Wait()
+	answered := make([]replicaList[T], 0, len(results))
+	for _, res := range results {
+		if res.err == nil {
+			answered = append(answered, res)
+		}
+	}
+	if len(answered) == 0 && len(results) > 0 {
+		return nil, results[0].err
+	}
+	for _, res := range results {
+		if res.err != nil {
+			warning.AddWarning(ctx, "", fmt.Sprintf("the %s of replica %d are not listed: %v", what, res.replica, res.err))
+		}
+	}
+	return answered, nil
 }
