@@ -147,6 +147,9 @@ func (n *SimulatedNode) start(ctx context.Context, pod *corev1.Pod) {
 	}
 }
 
+// ContextPython is the interpreter of the simulated pods' code contexts.
+const ContextPython = "/usr/bin/python3"
+
 // serveExecd starts a real execd for the pod.
 func (n *SimulatedNode) serveExecd(ctx context.Context, pod *corev1.Pod, ip string) error {
 	env := map[string]string{}
@@ -199,6 +202,10 @@ func (n *SimulatedNode) serveExecd(ctx context.Context, pod *corev1.Pod, ip stri
 		FilesRoot:         n.filesRoot,
 		TaskStateDir:      filepath.Join(taskDir, "state"),
 		TaskLogDir:        filepath.Join(taskDir, "log"),
+		// Code contexts run real kernels: Debian's python3 with ipykernel (TEST_PACKAGES),
+		// not whichever python3 is first on PATH.
+		ContextDir:    filepath.Join(taskDir, "contexts"),
+		ContextPython: ContextPython,
 	}, id)
 	if err != nil {
 		cleanup()
