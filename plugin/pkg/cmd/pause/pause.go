@@ -29,7 +29,8 @@ var (
 
 		Kept: the sandbox container's files (apart from volumes and /proc, /sys, /dev), the
 		name, labels, spec, network policy, and the identity exec, files and proxy use. Not
-		kept: processes and memory; the entrypoint starts again on resume. A paused sandbox
+		kept: processes (those of 'exec --detach' too) and their output, code contexts
+		('run-code') and memory; the entrypoint starts again on resume. A paused sandbox
 		keeps its expiry (unless the platform runs with --pause-stops-expiry), and an expired
 		or deleted one takes its snapshots with it.
 

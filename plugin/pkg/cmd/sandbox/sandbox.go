@@ -29,6 +29,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/portforward"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/ps"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/renew"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/runcode"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/tasks"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/wait"
@@ -132,6 +133,8 @@ func NewCmdSandboxWithFactory(f cmdutil.Factory, streams genericiooptions.IOStre
 		ps.NewCmdPs(f, streams),
 		attach.NewCmdAttach(f, streams, executor),
 		kill.NewCmdKill(f, streams),
+		runcode.NewCmdRunCode(f, streams),
+		runcode.NewCmdContexts(f, streams),
 		cp.NewCmdCp(f, streams),
 		ls.NewCmdLs(f, streams),
 		portforward.NewCmdPortForward(f, streams),
