@@ -174,7 +174,7 @@ func (r *Reconciler) pausedEgress(ctx context.Context, bs *controlv1alpha1.Batch
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, controlv1alpha1.ReasonPolicyPending, err.Error()
 	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, controlv1alpha1.ReasonPaused
-		cond.Message = fmt.Sprintf("no pod while the sandbox is paused: its pods enforce revision %s when it resumes", cfg.Revision)
+		cond.Message = fmt.Sprintf("no pod while the sandbox is paused: its files are kept in its snapshots, its processes and code contexts are not (they start anew on resume); its pods enforce revision %s when it resumes", cfg.Revision)
 	}
 	return cond
 }
