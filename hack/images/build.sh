@@ -17,6 +17,10 @@ readonly IMG_PYTHON=$SANDBOX_IMAGE_PYTHON      # kube-sandbox.local/sandbox-pyth
 readonly IMG_KUBE_SANDBOX=$KUBE_SANDBOX_IMAGE  # kube-sandbox.local/kube-sandbox:dev
 readonly SANDBOX_BINARIES=(sandbox-apiserver sandbox-controller sandbox-execd sandbox-node)
 readonly PY_SUITE=bookworm PY_VARIANT=minbase PY_INCLUDE=python3
+# ipykernel and matplotlib: code contexts (sandboxes/contexts) run Jupyter kernels, and plots
+# come back as PNG. apt installs them in the debootstrapped root: debootstrap's own resolver
+# configures their dependencies in an order that fails.
+readonly PY_PACKAGES="python3-ipykernel python3-matplotlib"
 
 MKIMAGE=$ROOT/hack/images/mkimage.sh
 BUSYBOX=${BUSYBOX:-/bin/busybox}
@@ -101,7 +105,7 @@ python_rootfs_clean() { # DIR: drop what a container image does not need
 }
 python_rootfs_tar() {
 	local tarball=$CACHE/rootfs-$PY_SUITE-$PY_VARIANT-python3.tar st mirror d s
-	st=$(stamp "$PY_SUITE" "$PY_VARIANT" "$PY_INCLUDE" fn:python_rootfs_clean)
+	st=$(stamp "$PY_SUITE" "$PY_VARIANT" "$PY_INCLUDE" "$PY_PACKAGES" fn:python_rootfs_clean)
 	if [ -s "$tarball" ] && [ "$(cat "$tarball.stamp" 2>/dev/null)" = "$st" ]; then
 		echo "$tarball"
 		return 0
@@ -118,6 +122,14 @@ python_rootfs_tar() {
 		[ -f "$d/debootstrap/debootstrap.log" ] && tail -30 "$d/debootstrap/debootstrap.log" >&2
 		die "debootstrap failed"
 	fi
+	log "apt-get install $PY_PACKAGES in the rootfs" >&2
+	# shellcheck disable=SC2086 # a list of packages
+	if ! chroot "$d" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $PY_PACKAGES \
+		>"$WORK/apt.log" 2>&1; then
+		tail -30 "$WORK/apt.log" >&2
+		die "installing $PY_PACKAGES in the python rootfs failed"
+	fi
+	chroot "$d" python3 -c 'import ipykernel, matplotlib' || die "no ipykernel or matplotlib in the python rootfs"
 	python_rootfs_clean "$d"
 	"$d/usr/bin/python3" --version >/dev/null 2>&1 || chroot "$d" python3 --version >/dev/null || die "no python3 in rootfs"
 	tar --sort=name --numeric-owner --xattrs -C "$d" --exclude=./dev/* --exclude=./proc/* --exclude=./sys/* \
