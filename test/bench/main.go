@@ -40,7 +40,7 @@ var (
 	runs      = flag.Int("runs", 200, "exec round trips per path")
 	streamMB  = flag.Int("stream-mb", 1024, "MiB streamed through exec per path")
 	fileMB    = flag.Int("file-mb", 200, "MiB uploaded and downloaded per path")
-	only      = flag.String("only", "", "run one part: exec, egress, gvisor, pools, tasks, pause, or scale (not part of all: its own control plane and simulated nodes, no cluster; make bench-scale) (default: all)")
+	only      = flag.String("only", "", "run one part: exec, processes, egress, gvisor, pools, tasks, pause, or scale (not part of all: its own control plane and simulated nodes, no cluster; make bench-scale) (default: all)")
 	gvisor    = flag.String("gvisor-runtime-class", "gvisor", "RuntimeClass of the gVisor rows (each the same in gVisor and in runc); empty, or a class the cluster does not have: skip them")
 )
 
@@ -111,14 +111,24 @@ func run(ctx context.Context) error {
 	fmt.Printf("# kube-sandbox benchmark\n\nOne sandbox (%s, pod %s); each row measures both paths on that same pod in this run.\n\n", *image, b.pod)
 	fmt.Println("| measurement | kube-sandbox | Kubernetes | ratio (ours/theirs) |")
 	fmt.Println("|---|---|---|---|")
-	if _, err := b.execRows(ctx, "", "websocket", "spdy"); err != nil {
-		return err
+	if *only != "processes" {
+		if _, err := b.execRows(ctx, "", "websocket", "spdy"); err != nil {
+			return err
+		}
 	}
 
-	if err := b.files(ctx); err != nil {
-		fmt.Printf("| files vs kubectl cp | skipped: %v | | |\n", err)
+	if *only != "processes" {
+		if err := b.files(ctx); err != nil {
+			fmt.Printf("| files vs kubectl cp | skipped: %v | | |\n", err)
+		}
 	}
 	if *only == "exec" {
+		return nil
+	}
+	if err := b.processes(ctx); err != nil {
+		fmt.Printf("\n## Processes and code contexts\n\nskipped: %v\n", err)
+	}
+	if *only == "processes" {
 		return nil
 	}
 	if err := b.egress(ctx); err != nil {
