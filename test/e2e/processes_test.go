@@ -3,12 +3,20 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 )
 
 // processObject is what the tests read of a SandboxProcess.
@@ -61,10 +69,11 @@ func TestProcesses(t *testing.T) {
 	if !processID.MatchString(id) {
 		t.Fatalf("exec --detach printed %q, want a process ID", id)
 	}
-	get := `import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8000/").status)`
-	waitFor(t, "the detached server to answer", 30*time.Second, func() (bool, string) {
-		r := sandboxCmd(t, ns, "exec", "web", "--", "python3", "-c", get)
-		return r.code == 0 && strings.TrimSpace(r.stdout) == "200", r.stdout + r.stderr
+	// The exec that started it is gone; the server answers through the proxy subresource.
+	proxy := "/apis/sandbox.kube-sandbox.io/v1alpha1/namespaces/" + ns + "/sandboxes/web/proxy/8000/"
+	waitFor(t, "the detached server to answer through the proxy", 30*time.Second, func() (bool, string) {
+		r := kubectl(t, "get", "--raw", proxy)
+		return r.code == 0 && strings.Contains(r.stdout, "Directory listing for /"), r.stdout + r.stderr
 	})
 
 	out := mustSandboxCmd(t, ns, "ps", "web")
@@ -179,5 +188,183 @@ func TestProcessesRBAC(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// awaitWriter collects what a command writes and closes seen once it contains want.
+type awaitWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+}
+
+func newAwaitWriter(want string) *awaitWriter {
+	return &awaitWriter{want: want, seen: make(chan struct{})}
+}
+
+func (w *awaitWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if w.want != "" && strings.Contains(w.buf.String(), w.want) {
+		w.want = ""
+		close(w.seen)
+	}
+	return len(p), nil
+}
+
+func (w *awaitWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// await waits until w has seen its want, or fails the test.
+func (w *awaitWriter) await(t *testing.T, what string, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-w.seen:
+	case <-time.After(timeout):
+		t.Fatalf("no %s after %s; seen: %q", what, timeout, w.String())
+	}
+}
+
+// startSandboxCmd starts `kubectl sandbox -n NS ARGS...` with its output to stdout, and kills
+// it when the test ends; the caller may kill it before, as a client that drops.
+func startSandboxCmd(t *testing.T, ns string, stdout io.Writer, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("kubectl", append([]string{"sandbox", "-n", ns}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = stdout, stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+// dropClient kills a client as a dropped connection would end it: no detach, no goodbye.
+func dropClient(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+}
+
+// TestProcessesAttachAndTerminal: two clients attach to one process at once, both see its
+// output, and it outlives them both. A bash on a terminal outlives its client: a second attach
+// replays its screen before anything is typed, and types into the same shell.
+func TestProcessesAttachAndTerminal(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createRunningSandbox(t, ns, "term")
+
+	ticker := strings.TrimSpace(mustSandboxCmd(t, ns, "exec", "term", "--detach", "--",
+		"sh", "-c", "i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; done"))
+	first, second := newAwaitWriter("tick-"), newAwaitWriter("tick-")
+	c1 := startSandboxCmd(t, ns, first, "attach", "term", ticker)
+	c2 := startSandboxCmd(t, ns, second, "attach", "term", ticker)
+	first.await(t, "output in the first attach", time.Minute)
+	second.await(t, "output in the second attach", time.Minute)
+	dropClient(t, c1)
+	dropClient(t, c2)
+	if p := getProcess(t, ns, "term", ticker); p.Status.Phase != "Running" {
+		t.Errorf("the process after both clients dropped: %+v, want Running", p.Status)
+	}
+	mustSandboxCmd(t, ns, "kill", "term", ticker, "--signal", "KILL")
+
+	shell := strings.TrimSpace(mustSandboxCmd(t, ns, "exec", "term", "--detach", "-it", "--", "bash"))
+	if p := getProcess(t, ns, "term", shell); p.Status.Phase != "Running" {
+		t.Fatalf("bash on a terminal: %+v", p.Status)
+	}
+	attachTTY := func(want string) (*exec.Cmd, *os.File, *awaitWriter) {
+		cmd := exec.Command("kubectl", "sandbox", "-n", ns, "attach", "-it", "term", shell)
+		cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"), "TERM=xterm")
+		tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
+		if err != nil {
+			t.Fatal(err)
+		}
+		screen := newAwaitWriter(want)
+		go func() { _, _ = io.Copy(screen, tty) }()
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = tty.Close() })
+		return cmd, tty, screen
+	}
+	// The first client types; the answer's text is not what it typed ($((6*7)) is 42 only
+	// once bash ran it). Input typed before the attach is in waits in the client's terminal.
+	c, tty, screen := attachTTY("marker-42")
+	if _, err := tty.WriteString("export MARK=kept; echo marker-$((6*7))\r"); err != nil {
+		t.Fatal(err)
+	}
+	screen.await(t, "the shell's answer", time.Minute)
+	dropClient(t, c)
+
+	// The second sees the screen before it types anything, then the same shell answers.
+	c, tty, screen = attachTTY("marker-42")
+	screen.await(t, "the replayed screen", time.Minute)
+	if _, err := tty.WriteString("echo again-$MARK\r"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the shell to answer the second client", time.Minute, func() (bool, string) {
+		s := screen.String()
+		return strings.Contains(s, "again-kept"), s
+	})
+	dropClient(t, c)
+	if p := getProcess(t, ns, "term", shell); p.Status.Phase != "Running" {
+		t.Errorf("bash after its second client dropped: %+v, want Running", p.Status)
+	}
+}
+
+// TestProcessesLimit: 64 processes run in a replica at once; the 65th is refused with 429
+// and changes nothing, and once one ends another starts.
+func TestProcessesLimit(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createRunningSandbox(t, ns, "full")
+	var ids []string
+	for range 64 {
+		ids = append(ids, strings.TrimSpace(mustSandboxCmd(t, ns, "exec", "full", "--detach", "--", "sleep", "600")))
+	}
+	r := sandboxCmd(t, ns, "exec", "full", "--detach", "--", "sleep", "600")
+	if r.code == 0 || !strings.Contains(r.stderr, "TooManyRequests") || !strings.Contains(r.stderr, "64 processes") {
+		t.Fatalf("the 65th process: exit %d, stdout %q, stderr %q; want 429", r.code, r.stdout, r.stderr)
+	}
+	var list struct{ Items []processObject }
+	if err := json.Unmarshal([]byte(mustSandboxCmd(t, ns, "ps", "full", "-o", "json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	running := 0
+	for _, p := range list.Items {
+		if p.Status.Phase == "Running" {
+			running++
+		}
+	}
+	if running != 64 {
+		t.Errorf("%d processes run after the refused one, want 64", running)
+	}
+	mustSandboxCmd(t, ns, "kill", "full", ids[0], "--signal", "KILL")
+	waitFor(t, "a 65th start once one ended", 30*time.Second, func() (bool, string) {
+		r := sandboxCmd(t, ns, "exec", "full", "--detach", "--", "true")
+		return r.code == 0, r.stderr
+	})
+}
+
+// TestFilesWatch: a watch of a directory sees a file that another exec writes, and names it
+// relative to the directory.
+func TestFilesWatch(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createRunningSandbox(t, ns, "watched")
+	mustSandboxCmd(t, ns, "exec", "watched", "--", "mkdir", "-p", "/tmp/w/sub")
+	out := newAwaitWriter("")
+	startSandboxCmd(t, ns, out, "ls", "watched", "/tmp/w", "--watch", "--recursive")
+	// The watch is in once it reports a write: until then each try writes a new file.
+	n := 0
+	waitFor(t, "the watch to see a file another exec writes", time.Minute, func() (bool, string) {
+		n++
+		mustSandboxCmd(t, ns, "exec", "watched", "--", "sh", "-c", fmt.Sprintf("echo hi > /tmp/w/sub/f%d.txt", n))
+		return strings.Contains(out.String(), "sub/f"), out.String()
+	})
+	if !regexp.MustCompile(`(?m)^Created\s+sub/f\d+\.txt$`).MatchString(out.String()) {
+		t.Errorf("the watch's lines: %q, want Created sub/fN.txt", out.String())
 	}
 }
