@@ -58,6 +58,10 @@ kube-sandbox is up ($(elapsed)s). Try:
   kubectl wait --for=jsonpath='{.status.phase}'=Running sandbox/demo
   kubectl sandbox exec demo -- python3 -c 'print(6*7)'
   kubectl sandbox exec -it demo -- bash
+  kubectl sandbox exec demo --detach -- python3 -m http.server 8000   # prints its process ID
+  kubectl sandbox ps demo
+  kubectl sandbox run-code demo -- 'x = 6 * 7'
+  kubectl sandbox run-code demo -- 'x'                                  # the context kept x
   kubectl get sandboxes
   kubectl sandbox delete demo
 TXT
