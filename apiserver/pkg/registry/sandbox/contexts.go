@@ -123,6 +123,21 @@ func parseContextPath(p string) (id, action string, err error) {
 	return parts[0], action, nil
 }
 
+// contextOptions are a request's options, and the context and action its path names.
+func contextOptions(name string, options runtime.Object) (opts *sandboxv1alpha1.SandboxCodeContextOptions, id, action string, err error) {
+	opts, ok := options.(*sandboxv1alpha1.SandboxCodeContextOptions)
+	if !ok {
+		return nil, "", "", apierrors.NewInternalError(fmt.Errorf("invalid options object: %T", options))
+	}
+	if id, action, err = parseContextPath(opts.Path); err != nil {
+		return nil, "", "", err
+	}
+	if err := validateContextOptions(name, opts); err != nil {
+		return nil, "", "", err
+	}
+	return opts, id, action, nil
+}
+
 func validateContextOptions(name string, opts *sandboxv1alpha1.SandboxCodeContextOptions) *apierrors.StatusError {
 	if opts.Replica != nil && *opts.Replica < 0 {
 		return invalid(codeContextOptionsKind, name, field.ErrorList{
@@ -133,15 +148,8 @@ func validateContextOptions(name string, opts *sandboxv1alpha1.SandboxCodeContex
 
 // Get implements rest.GetterWithOptions: the contexts of the sandbox, or one.
 func (r *ContextsREST) Get(ctx context.Context, name string, options runtime.Object) (runtime.Object, error) {
-	opts, ok := options.(*sandboxv1alpha1.SandboxCodeContextOptions)
-	if !ok {
-		return nil, apierrors.NewInternalError(fmt.Errorf("invalid options object: %T", options))
-	}
-	id, action, err := parseContextPath(opts.Path)
+	opts, id, action, err := contextOptions(name, options)
 	if err != nil {
-		return nil, err
-	}
-	if err := validateContextOptions(name, opts); err != nil {
 		return nil, err
 	}
 	if id == "" {
@@ -165,15 +173,8 @@ func (r *ContextsREST) Get(ctx context.Context, name string, options runtime.Obj
 
 // Connect implements rest.Connecter: a make, a run, an interrupt or a delete.
 func (r *ContextsREST) Connect(ctx context.Context, name string, options runtime.Object, responder rest.Responder) (http.Handler, error) {
-	opts, ok := options.(*sandboxv1alpha1.SandboxCodeContextOptions)
-	if !ok {
-		return nil, apierrors.NewInternalError(fmt.Errorf("invalid options object: %T", options))
-	}
-	id, action, err := parseContextPath(opts.Path)
+	opts, id, action, err := contextOptions(name, options)
 	if err != nil {
-		return nil, err
-	}
-	if err := validateContextOptions(name, opts); err != nil {
 		return nil, err
 	}
 	replica := ptr.Deref(opts.Replica, 0)
