@@ -2,12 +2,9 @@ package sandbox
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -25,7 +22,6 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
 )
 
 var (
@@ -309,75 +305,41 @@ func (r *ContextsREST) run(ctx context.Context, w http.ResponseWriter, name, id 
 	if err != nil {
 		return err
 	}
-	data, err := json.Marshal(rr)
+	ref := processRef{sandbox: name, replica: replica, pod: ep.Pod, id: id, kind: codeRunKind.Kind, contexts: true}
+	resp, err := r.processDo(ctx, ep, ref, http.MethodPost, execdapi.ContextRunPath(id), rr)
 	if err != nil {
-		return apierrors.NewInternalError(err)
-	}
-	req, err := http.NewRequestWithContext(execdclient.WithTarget(ctx, ep.Target), http.MethodPost,
-		execdclient.URL(ep.Target, execdapi.ContextRunPath(id), "").String(), bytes.NewReader(data))
-	if err != nil {
-		return apierrors.NewInternalError(err)
-	}
-	req.Header.Set(execdapi.SandboxUIDHeader, string(ep.Sandbox.UID))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := r.Transport.RoundTrip(req)
-	if err != nil {
-		return upstreamError(ep, err)
+		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	ref := processRef{sandbox: name, replica: replica, pod: ep.Pod, id: id, kind: codeRunKind.Kind, contexts: true}
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxDescriptionBytes))
-		return processAnswerError(resp.StatusCode, resp.Header.Get("Content-Type"), body, ref)
-	}
 	w.Header().Set("Content-Type", execdapi.RunContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
 	enc := json.NewEncoder(w)
-	br := bufio.NewReaderSize(resp.Body, 64<<10)
-	for {
-		line, err := readLine(br, execdapi.MaxRunEventBytes)
-		if len(line) > 0 {
-			ev := execdapi.RunEvent{}
-			if jerr := json.Unmarshal(line, &ev); jerr != nil {
-				klog.FromContext(ctx).Info("A code run ended early: execd sent what is not an event", "sandbox", klog.KRef(ep.Sandbox.Namespace, name), "pod", ep.Pod, "err", jerr)
-				return nil
-			}
-			if enc.Encode(codeRunEvent(&ev)) != nil || rc.Flush() != nil {
-				return nil // the client went away: execd's run is interrupted as our request to it ends
-			}
-			if ev.Type == execdapi.RunEnd {
-				return nil
-			}
+	// One event a line, each at most MaxRunEventBytes: a longer one ends the stream.
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), execdapi.MaxRunEventBytes+1)
+	for sc.Scan() {
+		if len(sc.Bytes()) == 0 {
+			continue
 		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				klog.FromContext(ctx).V(2).Info("A code run ended early", "sandbox", klog.KRef(ep.Sandbox.Namespace, name), "pod", ep.Pod, "err", err)
-			}
+		ev := execdapi.RunEvent{}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			klog.FromContext(ctx).Info("A code run ended early: execd sent what is not an event", "sandbox", klog.KRef(ep.Sandbox.Namespace, name), "pod", ep.Pod, "err", err)
+			return nil
+		}
+		if enc.Encode(codeRunEvent(&ev)) != nil || rc.Flush() != nil {
+			return nil // the client went away: execd's run is interrupted as our request to it ends
+		}
+		if ev.Type == execdapi.RunEnd {
 			return nil
 		}
 	}
-}
-
-// errLineTooLong is a line of a run longer than its bound.
-var errLineTooLong = errors.New("an event is larger than the bound")
-
-// readLine reads one line of br, without its newline, of at most limit bytes.
-func readLine(br *bufio.Reader, limit int) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(line)+len(chunk) > limit+1 {
-			return nil, errLineTooLong
-		}
-		line = append(line, chunk...)
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		return bytes.TrimSuffix(line, []byte("\n")), err
+	if err := sc.Err(); err != nil {
+		klog.FromContext(ctx).V(2).Info("A code run ended early", "sandbox", klog.KRef(ep.Sandbox.Namespace, name), "pod", ep.Pod, "err", err)
 	}
+	return nil
 }
 
 // codeRunEvent is this API's form of an event of execd.

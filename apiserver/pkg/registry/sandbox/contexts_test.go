@@ -356,3 +356,23 @@ func TestCodeContextVocabulary(t *testing.T) {
 		}
 	}
 }
+
+// TestContextsRunBounded: an event of execd's larger than MaxRunEventBytes ends the stream
+// there, without an end event: what came before it is passed on, nothing after it.
+func TestContextsRunBounded(t *testing.T) {
+	execd, _ := contextExecd(t,
+		execdapi.RunEvent{Type: execdapi.RunStdout, Text: "before\n"},
+		execdapi.RunEvent{Type: execdapi.RunStdout, Text: strings.Repeat("x", execdapi.MaxRunEventBytes)},
+		execdapi.RunEvent{Type: execdapi.RunEnd, Status: execdapi.RunStatusOK})
+	r := newContextsREST(t, execd)
+	if resp, _ := serveContexts(t, r, http.MethodPost, "", `{"metadata":{"name":"nb"}}`); resp.err != nil {
+		t.Fatalf("make: %v", resp.err)
+	}
+	resp, rec := serveContexts(t, r, http.MethodPost, "/nb/run", `{"code":"1"}`)
+	if resp.err != nil {
+		t.Fatalf("run: %v", resp.err)
+	}
+	if got := strings.TrimSpace(rec.Body.String()); got != `{"type":"stdout","text":"before\n"}` {
+		t.Errorf("run answered %.200q, want only the event before the oversized one", got)
+	}
+}

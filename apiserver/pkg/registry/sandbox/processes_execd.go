@@ -70,34 +70,14 @@ func (p processRef) where() string {
 // processCall sends a request to the processes API of the execd of ep and decodes its JSON
 // answer into out. execd's error answers become the errors of processAnswerError.
 func (a *Access) processCall(ctx context.Context, ep *sandboxconn.Endpoint, ref processRef, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		data, err := json.Marshal(in)
-		if err != nil {
-			return apierrors.NewInternalError(fmt.Errorf("encode the request: %w", err))
-		}
-		body = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(execdclient.WithTarget(ctx, ep.Target), method, execdclient.URL(ep.Target, path, "").String(), body)
+	resp, err := a.processDo(ctx, ep, ref, method, path, in)
 	if err != nil {
-		return apierrors.NewInternalError(fmt.Errorf("make the request: %w", err))
-	}
-	req.Header.Set(execdapi.SandboxUIDHeader, string(ep.Sandbox.UID))
-	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := a.Transport.RoundTrip(req)
-	if err != nil {
-		return upstreamError(ep, err)
+		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxDescriptionBytes+1))
 	if err != nil {
 		return upstreamError(ep, err)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return processAnswerError(resp.StatusCode, resp.Header.Get("Content-Type"), data, ref)
 	}
 	if len(data) > maxDescriptionBytes {
 		return badGateway(ep, fmt.Sprintf("it sent an answer of more than %d bytes", maxDescriptionBytes))
@@ -107,6 +87,41 @@ func (a *Access) processCall(ctx context.Context, ep *sandboxconn.Endpoint, ref 
 		return badGateway(ep, fmt.Sprintf("its answer is not what the %s API answers: %v", resource, err))
 	}
 	return nil
+}
+
+// processDo sends a request with the JSON body in (none when nil) to the processes or
+// contexts API of the execd of ep, and answers its response when it is a success, for the
+// caller to read and close; execd's error answers become the errors of processAnswerError.
+func (a *Access) processDo(ctx context.Context, ep *sandboxconn.Endpoint, ref processRef, method, path string, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return nil, apierrors.NewInternalError(fmt.Errorf("encode the request: %w", err))
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(execdclient.WithTarget(ctx, ep.Target), method, execdclient.URL(ep.Target, path, "").String(), body)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("make the request: %w", err))
+	}
+	req.Header.Set(execdapi.SandboxUIDHeader, string(ep.Sandbox.UID))
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.Transport.RoundTrip(req)
+	if err != nil {
+		return nil, upstreamError(ep, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer func() { _ = resp.Body.Close() }()
+		data, err := io.ReadAll(io.LimitReader(resp.Body, maxDescriptionBytes+1))
+		if err != nil {
+			return nil, upstreamError(ep, err)
+		}
+		return nil, processAnswerError(resp.StatusCode, resp.Header.Get("Content-Type"), data, ref)
+	}
+	return resp, nil
 }
 
 // badGateway is the error for an answer of the execd of ep that makes no sense.
