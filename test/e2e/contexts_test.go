@@ -18,15 +18,11 @@ import (
 // exit code 1, an interrupt (Ctrl-C of run-code) keeps the context, contexts are separate and
 // listed, and deleting one ends it.
 func TestCodeContexts(t *testing.T) {
-	for _, rt := range []struct{ name, class string }{{"runc", ""}, {"gvisor", "gvisor"}} {
+	for _, rt := range runtimes {
 		t.Run(rt.name, func(t *testing.T) {
 			t.Parallel()
 			ns := newNamespace(t)
-			if rt.class == "" {
-				applyPool(t, ns, "py", 1, 1, 3)
-			} else {
-				applyPoolIn(t, ns, "py", rt.class, 1, 1, 3)
-			}
+			applyPoolIn(t, ns, "py", rt.class, 1, 1, 3)
 			waitPoolFull(t, ns, "py", 1, 0, 3*time.Minute)
 			mustSandboxCmd(t, ns, "create", "nb", "--pool", "py")
 			waitSandboxRunning(t, ns, time.Minute, "nb")

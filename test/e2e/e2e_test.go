@@ -103,7 +103,18 @@ func newNamespace(t *testing.T) string {
 
 func createRunningSandbox(t *testing.T, ns, name string) {
 	t.Helper()
-	r := run(t, nil, "kubectl", "sandbox", "-n", ns, "create", name, "--image", pythonImage)
+	createRunningSandboxIn(t, ns, name, "")
+}
+
+// createRunningSandboxIn creates a sandbox of the Python image in runtimeClass ("": the
+// node's default runtime) and waits until it runs.
+func createRunningSandboxIn(t *testing.T, ns, name, runtimeClass string) {
+	t.Helper()
+	args := []string{"sandbox", "-n", ns, "create", name, "--image", pythonImage}
+	if runtimeClass != "" {
+		args = append(args, "--runtime-class", runtimeClass)
+	}
+	r := run(t, nil, "kubectl", args...)
 	if r.code != 0 {
 		t.Fatalf("kubectl sandbox create: exit %d: %s%s", r.code, r.stdout, r.stderr)
 	}

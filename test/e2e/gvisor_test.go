@@ -11,7 +11,9 @@ import (
 
 // TestGVisor: a sandbox in gVisor (RuntimeClass gvisor, handler runsc) has every feature a
 // runc one has. Egress, files, proxy, port-forward and terminals run under both runtimes in
-// TestEgress and TestFilesProxyAndPortForward; here: that the sandbox really is in gVisor, for a
+// TestEgress and TestFilesProxyAndPortForward, background processes, attach and their
+// terminals in TestProcesses and TestProcessesAttachAndTerminal, file watches in
+// TestFilesWatch and code contexts in TestCodeContexts; here: that the sandbox really is in gVisor, for a
 // sandbox-only user too, direct and pooled; tasks and their logs; and pause and resume, whose
 // snapshot keeps a gVisor sandbox's files. A runtime class whose handler is not one under which
 // egress is known to be enforced (a VM runtime, say) is refused.

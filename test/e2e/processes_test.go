@@ -58,8 +58,17 @@ func getProcess(t *testing.T, ns, sandbox, id string) processObject {
 // serves; ps lists it, logs --process shows what it printed (from an offset too), kill stops it
 // with TERM, after which ps shows it Exited by SIGTERM, its log stays, and attach is refused.
 func TestProcesses(t *testing.T) {
+	for _, rt := range runtimes {
+		t.Run(rt.name, func(t *testing.T) {
+			t.Parallel()
+			testProcesses(t, rt.class)
+		})
+	}
+}
+
+func testProcesses(t *testing.T, runtimeClass string) {
 	ns := newNamespace(t)
-	applyPool(t, ns, "py", 1, 1, 3)
+	applyPoolIn(t, ns, "py", runtimeClass, 1, 1, 3)
 	waitPoolFull(t, ns, "py", 1, 0, 3*time.Minute)
 	mustSandboxCmd(t, ns, "create", "web", "--pool", "py")
 	waitSandboxRunning(t, ns, time.Minute, "web")
@@ -255,9 +264,17 @@ func dropClient(t *testing.T, cmd *exec.Cmd) {
 // output, and it outlives them both. A bash on a terminal outlives its client: a second attach
 // replays its screen before anything is typed, and types into the same shell.
 func TestProcessesAttachAndTerminal(t *testing.T) {
-	t.Parallel()
+	for _, rt := range runtimes {
+		t.Run(rt.name, func(t *testing.T) {
+			t.Parallel()
+			testProcessesAttachAndTerminal(t, rt.class)
+		})
+	}
+}
+
+func testProcessesAttachAndTerminal(t *testing.T, runtimeClass string) {
 	ns := newNamespace(t)
-	createRunningSandbox(t, ns, "term")
+	createRunningSandboxIn(t, ns, "term", runtimeClass)
 
 	ticker := strings.TrimSpace(mustSandboxCmd(t, ns, "exec", "term", "--detach", "--",
 		"sh", "-c", "i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; done"))
@@ -351,9 +368,17 @@ func TestProcessesLimit(t *testing.T) {
 // TestFilesWatch: a watch of a directory sees a file that another exec writes, and names it
 // relative to the directory.
 func TestFilesWatch(t *testing.T) {
-	t.Parallel()
+	for _, rt := range runtimes {
+		t.Run(rt.name, func(t *testing.T) {
+			t.Parallel()
+			testFilesWatch(t, rt.class)
+		})
+	}
+}
+
+func testFilesWatch(t *testing.T, runtimeClass string) {
 	ns := newNamespace(t)
-	createRunningSandbox(t, ns, "watched")
+	createRunningSandboxIn(t, ns, "watched", runtimeClass)
 	mustSandboxCmd(t, ns, "exec", "watched", "--", "mkdir", "-p", "/tmp/w/sub")
 	out := newAwaitWriter("")
 	startSandboxCmd(t, ns, out, "ls", "watched", "/tmp/w", "--watch", "--recursive")
