@@ -198,6 +198,9 @@ func TestServeEntrypointOnTerminal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("execd did not exit after ^C; output %q", output.String())
 	}
+	// The entrypoint's last line may still be on its way from the terminal when execd has
+	// exited: wait for it, then count.
+	waitOutput("interrupted")
 	if n := strings.Count(output.String(), "interrupted"); n != 1 {
 		t.Errorf("entrypoint saw %d interrupts, want 1; output %q", n, output.String())
 	}
