@@ -15,7 +15,7 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
 	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/exec"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/term"
 )
@@ -57,18 +57,18 @@ type AttachOptions struct {
 	Namespace  string
 	Config     *rest.Config
 	RESTClient rest.Interface
-	Executor   exec.RemoteExecutor
+	Executor   sandboxclient.RemoteExecutor
 
 	genericiooptions.IOStreams
 }
 
 // NewAttachOptions returns AttachOptions with the real executor.
 func NewAttachOptions(streams genericiooptions.IOStreams) *AttachOptions {
-	return &AttachOptions{Executor: &exec.DefaultRemoteExecutor{}, IOStreams: streams}
+	return &AttachOptions{Executor: sandboxclient.DefaultRemoteExecutor{}, IOStreams: streams}
 }
 
 // NewCmdAttach returns the `attach` command, streaming through executor (exec's).
-func NewCmdAttach(f cmdutil.Factory, streams genericiooptions.IOStreams, executor exec.RemoteExecutor) *cobra.Command {
+func NewCmdAttach(f cmdutil.Factory, streams genericiooptions.IOStreams, executor sandboxclient.RemoteExecutor) *cobra.Command {
 	o := NewAttachOptions(streams)
 	if executor != nil {
 		o.Executor = executor

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	criremotecommand "k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
-	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/exec"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
@@ -41,7 +41,7 @@ func (e *fakeExecutor) ExecuteWithContext(_ context.Context, u *url.URL, _ *rest
 	return nil
 }
 
-var _ exec.RemoteExecutor = &fakeExecutor{}
+var _ sandboxclient.RemoteExecutor = &fakeExecutor{}
 
 func TestAttach(t *testing.T) {
 	tests := []struct {
@@ -167,7 +167,7 @@ func TestAttachOverStreamingProtocol(t *testing.T) {
 	f.RESTConfig.Host = srv.URL
 	streams, in, out, errOut := genericiooptions.NewTestIOStreams()
 	in.WriteString("hello")
-	cmd := NewCmdAttach(f, streams, &exec.DefaultRemoteExecutor{})
+	cmd := NewCmdAttach(f, streams, sandboxclient.DefaultRemoteExecutor{})
 	cmd.SilenceErrors, cmd.SilenceUsage = true, true
 	cmd.SetArgs([]string{"web", "p-abc", "-i"})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -18,8 +18,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
-	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/files"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
@@ -105,7 +105,7 @@ type CopyOptions struct {
 	NoPreserve bool
 
 	// Client reaches the files of the sandbox of the remote side.
-	Client *files.Client
+	Client *sandboxclient.Files
 
 	genericiooptions.IOStreams
 }
@@ -167,7 +167,7 @@ func (o *CopyOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []str
 	if err != nil {
 		return err
 	}
-	o.Client, err = files.NewClient(config, remote.Namespace, remote.Sandbox, o.Replica)
+	o.Client, err = sandboxclient.NewFiles(config, remote.Namespace, remote.Sandbox, o.Replica)
 	return err
 }
 

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
@@ -21,9 +20,8 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
-	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/network"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/client/netpolicy"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 )
 
 // ContainerName is the name of the one container of a sandbox made by `create`; the server
@@ -83,7 +81,7 @@ var (
 		runs longer; --task-env sets variables of the task only. With --release each replica's
 		pod is released once its task has ended: deleted, or recycled as its pool says (its
 		outcome stays in the status, its log goes with the pod); without it the pods stay for
-		exec, cp and logs until the sandbox is deleted or expires.`) + "\n\n" + network.TargetSyntax
+		exec, cp and logs until the sandbox is deleted or expires.`) + "\n\n" + netpolicy.TargetSyntax
 
 	createExample = cmdutil.Examples(`
 		# Create a sandbox running python that waits for commands
@@ -408,29 +406,9 @@ func (o *CreateOptions) task() (*sandboxv1alpha1.SandboxTaskTemplate, error) {
 	return task, nil
 }
 
-// NetworkPolicy is the policy of --allow and --deny-all: default Deny, with the --allow targets
-// as Allow rules in order; nil when neither is given.
+// NetworkPolicy is the policy of --allow and --deny-all (netpolicy.ForCreate).
 func NetworkPolicy(allow []string, denyAll bool) (*sandboxv1alpha1.SandboxNetworkPolicy, error) {
-	switch {
-	case len(allow) > 0 && denyAll:
-		return nil, fmt.Errorf("--allow and --deny-all cannot be used together: --allow denies what its targets do not match already")
-	case denyAll:
-		return &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: network.ActionDeny}, nil
-	case len(allow) == 0:
-		return nil, nil
-	}
-	rules, err := network.ParseRules(allow, network.ActionAllow)
-	if err != nil {
-		return nil, fmt.Errorf("invalid --allow %w", err)
-	}
-	if len(rules) > egressapi.MaxRules {
-		return nil, fmt.Errorf("--allow gives %d targets; at most %d are allowed", len(rules), egressapi.MaxRules)
-	}
-	policy := &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: network.ActionDeny, Egress: rules}
-	if errs := network.ValidatePolicy(policy, field.NewPath("spec", "networkPolicy")); len(errs) > 0 {
-		return nil, fmt.Errorf("invalid --allow: %w", errs.ToAggregate())
-	}
-	return policy, nil
+	return netpolicy.ForCreate(allow, denyAll)
 }
 
 // ParseEnv turns KEY=VALUE flags into environment variables, in order. VALUE may be empty and

@@ -18,6 +18,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -158,7 +159,7 @@ func (o *DeleteOptions) waitForDeletion(ctx context.Context, names []string, uid
 	var wg sync.WaitGroup
 	for i, name := range names {
 		wg.Go(func() {
-			_, errs[i] = cmdutil.WaitForSandbox(waitCtx, o.Client, o.Namespace, name, func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
+			_, errs[i] = sandboxclient.WaitForSandbox(waitCtx, o.Client, o.Namespace, name, func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
 				return sb == nil || sb.UID != uids[name], nil
 			})
 		})

@@ -44,15 +44,7 @@ func (o *ExecOptions) process() *sandboxv1alpha1.SandboxProcess {
 // and prints what the server answered: the process's ID, or the process with -o. No terminal
 // is needed for -t: the process gets its own, for those who attach.
 func (o *ExecOptions) runDetached(ctx context.Context) error {
-	out := &sandboxv1alpha1.SandboxProcess{}
-	err := o.RESTClient.Post().
-		Namespace(o.Namespace).
-		Resource("sandboxes").
-		Name(o.Name).
-		SubResource("processes").
-		Body(o.process()).
-		Do(ctx).
-		Into(out)
+	out, err := o.Sandboxes.StartProcess(ctx, o.Name, o.process().Spec)
 	if err != nil {
 		return err
 	}

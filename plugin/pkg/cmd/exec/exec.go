@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -17,12 +15,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/streaming/pkg/httpstream"
 
-	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
-	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
-	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/term"
 )
@@ -69,53 +64,6 @@ var (
 		kubectl sandbox exec my-sandbox --detach -it -- bash`)
 )
 
-// RemoteExecutor runs a command over a streaming connection to url. It is the seam tests
-// replace; DefaultRemoteExecutor is the real one.
-type RemoteExecutor interface {
-	ExecuteWithContext(ctx context.Context, url *url.URL, config *rest.Config, stdin io.Reader, stdout, stderr io.Writer, tty bool, sizeQueue remotecommand.TerminalSizeQueue) error
-}
-
-// DefaultRemoteExecutor speaks the pods/exec protocol: WebSocket (v5.channel.k8s.io) first,
-// SPDY when the upgrade to WebSocket fails, as kubectl exec does.
-type DefaultRemoteExecutor struct{}
-
-var _ RemoteExecutor = &DefaultRemoteExecutor{}
-
-// ExecuteWithContext implements RemoteExecutor.
-func (*DefaultRemoteExecutor) ExecuteWithContext(ctx context.Context, url *url.URL, config *rest.Config, stdin io.Reader, stdout, stderr io.Writer, tty bool, sizeQueue remotecommand.TerminalSizeQueue) error {
-	executor, err := newExecutor(url, config)
-	if err != nil {
-		return err
-	}
-	return executor.StreamWithContext(ctx, remotecommand.StreamOptions{
-		Stdin:             stdin,
-		Stdout:            stdout,
-		Stderr:            stderr,
-		Tty:               tty,
-		TerminalSizeQueue: sizeQueue,
-	})
-}
-
-func newExecutor(url *url.URL, config *rest.Config) (remotecommand.Executor, error) {
-	spdy, err := remotecommand.NewSPDYExecutor(config, "POST", url)
-	if err != nil {
-		return nil, fmt.Errorf("create SPDY executor: %w", err)
-	}
-	// A WebSocket handshake must be a GET (RFC 6455 section 4.1); the server authorizes it as
-	// create, as for pods/exec.
-	websocket, err := remotecommand.NewWebSocketExecutor(config, "GET", url.String())
-	if err != nil {
-		return nil, fmt.Errorf("create WebSocket executor: %w", err)
-	}
-	return remotecommand.NewFallbackExecutor(websocket, spdy, shouldFallback)
-}
-
-// shouldFallback is kubectl's rule: use SPDY when the server or a proxy on the way refused the
-// WebSocket upgrade, or when the proxy is one gorilla/websocket cannot dial through.
-func shouldFallback(err error) bool {
-	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-}
-
 // ExecOptions are the inputs of `kubectl sandbox exec`.
 type ExecOptions struct {
 	Name              string
@@ -133,11 +81,11 @@ type ExecOptions struct {
 	// Output is how a detached process is printed: its ID, or one of outputFormats.
 	Output string
 
-	Namespace  string
-	Client     clientset.Interface
-	Config     *rest.Config
-	RESTClient rest.Interface
-	Executor   RemoteExecutor
+	Namespace string
+	Client    clientset.Interface
+	Config    *rest.Config
+	Sandboxes *sandboxclient.Client
+	Executor  sandboxclient.RemoteExecutor
 
 	genericiooptions.IOStreams
 }
@@ -146,13 +94,13 @@ type ExecOptions struct {
 func NewExecOptions(streams genericiooptions.IOStreams) *ExecOptions {
 	return &ExecOptions{
 		PodRunningTimeout: defaultReadyTimeout,
-		Executor:          &DefaultRemoteExecutor{},
+		Executor:          sandboxclient.DefaultRemoteExecutor{},
 		IOStreams:         streams,
 	}
 }
 
 // NewCmdExec returns the `exec` command running commands through executor.
-func NewCmdExec(f cmdutil.Factory, streams genericiooptions.IOStreams, executor RemoteExecutor) *cobra.Command {
+func NewCmdExec(f cmdutil.Factory, streams genericiooptions.IOStreams, executor sandboxclient.RemoteExecutor) *cobra.Command {
 	o := NewExecOptions(streams)
 	if executor != nil {
 		o.Executor = executor
@@ -213,14 +161,8 @@ func (o *ExecOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []str
 	if o.Client, err = f.SandboxClient(); err != nil {
 		return err
 	}
-	// The exec URL is built by a REST client of the group from the same configuration, as
-	// kubectl does for pods/exec.
-	typed, err := typedsandbox.NewForConfig(o.Config)
-	if err != nil {
-		return fmt.Errorf("create sandbox REST client: %w", err)
-	}
-	o.RESTClient = typed.RESTClient()
-	return nil
+	o.Sandboxes, err = sandboxclient.NewWithClientset(o.Config, o.Namespace, o.Client)
+	return err
 }
 
 // Validate checks the options.
@@ -284,28 +226,23 @@ func (o *ExecOptions) Run(ctx context.Context) error {
 		stderr = nil
 	}
 
-	req := o.RESTClient.Post().
-		Namespace(o.Namespace).
-		Resource("sandboxes").
-		Name(o.Name).
-		SubResource("exec").
-		VersionedParams(&sandboxv1alpha1.SandboxExecOptions{
-			Stdin:          stdin != nil,
-			Stdout:         stdout != nil,
-			Stderr:         stderr != nil,
-			TTY:            tty,
-			Replica:        o.Replica,
-			Command:        o.Command,
-			Env:            o.Env,
-			WorkingDir:     o.WorkingDir,
-			TimeoutSeconds: int64(o.Timeout / time.Second),
-		}, scheme.ParameterCodec)
-
+	c := o.Sandboxes.WithExecutor(o.Executor)
+	opts := sandboxclient.ExecOptions{
+		Command:    o.Command,
+		Replica:    o.Replica,
+		Env:        o.Env,
+		WorkingDir: o.WorkingDir,
+		Timeout:    o.Timeout,
+		Stdin:      stdin,
+		Stdout:     stdout,
+		Stderr:     stderr,
+	}
 	if !tty {
-		return o.Executor.ExecuteWithContext(ctx, req.URL(), o.Config, stdin, stdout, stderr, false, nil)
+		return c.Exec(ctx, o.Name, opts)
 	}
 	return term.TTY{In: o.In, Out: o.Out}.Run(ctx, func(sizes remotecommand.TerminalSizeQueue) error {
-		return o.Executor.ExecuteWithContext(ctx, req.URL(), o.Config, stdin, stdout, stderr, true, sizes)
+		opts.TTY, opts.TerminalSizes = true, sizes
+		return c.Exec(ctx, o.Name, opts)
 	})
 }
 
@@ -318,5 +255,5 @@ func (o *ExecOptions) setupTTY() bool {
 // waitForReplica returns once the replica can take commands, and fails early, with the reason,
 // if it never will.
 func (o *ExecOptions) waitForReplica(ctx context.Context) error {
-	return cmdutil.WaitForReplica(ctx, o.Client, o.Namespace, o.Name, o.Replica, o.PodRunningTimeout, "exec into")
+	return sandboxclient.WaitForReplica(ctx, o.Client, o.Namespace, o.Name, o.Replica, o.PodRunningTimeout, "exec into")
 }

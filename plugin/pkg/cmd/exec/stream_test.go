@@ -3,7 +3,6 @@ package exec
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
@@ -111,7 +111,7 @@ func TestExecOverStreamingProtocol(t *testing.T) {
 			f.RESTConfig.Host = srv.URL
 			streams, in, out, errOut := genericiooptions.NewTestIOStreams()
 			in.WriteString(tt.stdin)
-			cmd := NewCmdExec(f, streams, &DefaultRemoteExecutor{})
+			cmd := NewCmdExec(f, streams, sandboxclient.DefaultRemoteExecutor{})
 			cmd.SilenceErrors, cmd.SilenceUsage = true, true
 			cmd.SetArgs(tt.args)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -143,15 +143,5 @@ func TestExecOverStreamingProtocol(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestShouldFallback pins kubectl's fallback rule.
-func TestShouldFallback(t *testing.T) {
-	if shouldFallback(errors.New("connection refused")) {
-		t.Error("fallback on a plain error")
-	}
-	if !shouldFallback(errors.New("proxy: unknown scheme: https")) {
-		t.Error("no fallback on the HTTPS proxy error of gorilla/websocket")
 	}
 }

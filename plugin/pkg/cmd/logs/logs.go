@@ -18,6 +18,7 @@ import (
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
 	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -209,7 +210,7 @@ func (o *LogsOptions) options() *sandboxv1alpha1.SandboxLogOptions {
 func (o *LogsOptions) Run(ctx context.Context) error {
 	stream, err := o.stream(ctx)
 	if apierrors.IsServiceUnavailable(err) {
-		if werr := cmdutil.WaitForReplica(ctx, o.Client, o.Namespace, o.Name, o.Replica, o.PodRunningTimeout, "read the log of"); werr != nil {
+		if werr := sandboxclient.WaitForReplica(ctx, o.Client, o.Namespace, o.Name, o.Replica, o.PodRunningTimeout, "read the log of"); werr != nil {
 			return fmt.Errorf("%w (%v)", err, werr)
 		}
 		stream, err = o.stream(ctx)

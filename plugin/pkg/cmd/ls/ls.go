@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/yaml"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
-	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/files"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
@@ -73,7 +73,7 @@ type LsOptions struct {
 	Watch     bool
 	Recursive bool
 
-	Client *files.Client
+	Client *sandboxclient.Files
 
 	genericiooptions.IOStreams
 }
@@ -133,7 +133,7 @@ func (o *LsOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []strin
 	if err != nil {
 		return err
 	}
-	o.Client, err = files.NewClient(config, ns, o.Name, o.Replica)
+	o.Client, err = sandboxclient.NewFiles(config, ns, o.Name, o.Replica)
 	return err
 }
 
@@ -195,7 +195,7 @@ func (o *LsOptions) Run(ctx context.Context) error {
 		list.Items = append(list.Items, *fi)
 		return nil
 	})
-	if errors.Is(err, files.ErrNotADirectory) {
+	if errors.Is(err, sandboxclient.ErrNotADirectory) {
 		// As ls does for a file: list the file itself.
 		fi, serr := o.Client.Stat(ctx, o.Path)
 		if serr != nil {

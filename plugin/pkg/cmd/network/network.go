@@ -13,12 +13,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
-	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/client/netpolicy"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -53,7 +53,7 @@ var (
 		have not confirmed the sandbox's latest generation. The subcommands change it, each
 		as one update that is retried if the sandbox changed meanwhile; with --wait they
 		return once the pods enforce the change. (For a sandbox named like a subcommand, use
-		'network show NAME'.)`) + "\n\n" + TargetSyntax
+		'network show NAME'.)`) + "\n\n" + netpolicy.TargetSyntax
 
 	networkExample = cmdutil.Examples(`
 		# Show the policy of sandbox my-sandbox and whether its pods enforce it
@@ -68,7 +68,7 @@ var (
 		# Remove the rules for pypi.org, and rule 2 as 'network my-sandbox' numbers them
 		kubectl sandbox network remove my-sandbox pypi.org 2
 
-		# Edit the policy as YAML and put it back
+		# netpolicy.Edit the policy as YAML and put it back
 		kubectl sandbox network show my-sandbox -o yaml > policy.yaml
 		kubectl sandbox network set my-sandbox -f policy.yaml
 
@@ -99,7 +99,7 @@ type ShowOptions struct {
 	Output string
 
 	Namespace string
-	Client    clientset.Interface
+	Sandboxes *sandboxclient.Client
 
 	genericiooptions.IOStreams
 }
@@ -197,7 +197,7 @@ func (o *ShowOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []str
 	if o.Namespace, _, err = f.Namespace(); err != nil {
 		return err
 	}
-	o.Client, err = f.SandboxClient()
+	o.Sandboxes, err = cmdutil.Client(f)
 	return err
 }
 
@@ -212,7 +212,7 @@ func (o *ShowOptions) Validate(cmd *cobra.Command) error {
 
 // Run reads the sandbox and prints its policy.
 func (o *ShowOptions) Run(ctx context.Context) error {
-	sb, err := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+	_, sb, err := o.Sandboxes.NetworkPolicy(ctx, o.Name)
 	if err != nil {
 		return err
 	}
@@ -252,7 +252,7 @@ func Describe(w io.Writer, sb *sandboxv1alpha1.Sandbox) error {
 		line("Policy", "none of its own: the platform's default applies")
 	default:
 		line("Policy", "its own (spec.networkPolicy)")
-		line("Default action", "%s", DefaultAction(p))
+		line("Default action", "%s", netpolicy.DefaultAction(p))
 		if len(p.Egress) == 0 {
 			line("Rules", "none")
 		} else {
@@ -260,7 +260,7 @@ func Describe(w io.Writer, sb *sandboxv1alpha1.Sandbox) error {
 			tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
 			fmt.Fprintln(tw, "  #\tACTION\tTO\tPORTS")
 			for i, r := range p.Egress {
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", i+1, r.Action, r.To, FormatPorts(r.Ports))
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", i+1, r.Action, r.To, netpolicy.FormatPorts(r.Ports))
 			}
 			_ = tw.Flush()
 		}
@@ -270,7 +270,7 @@ func Describe(w io.Writer, sb *sandboxv1alpha1.Sandbox) error {
 	if c == nil {
 		line(ConditionEgressReady, "<none>: not reported yet")
 	} else {
-		observed := observedGeneration(sb, c)
+		observed := sandboxclient.ObservedGeneration(sb, c)
 		if observed < sb.Generation {
 			line(ConditionEgressReady, "pending: %s for generation %d, the sandbox is at generation %d", c.Status, observed, sb.Generation)
 		} else {
@@ -286,13 +286,4 @@ func Describe(w io.Writer, sb *sandboxv1alpha1.Sandbox) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// observedGeneration is the generation EgressReady was computed for: its own observedGeneration,
-// else the status's.
-func observedGeneration(sb *sandboxv1alpha1.Sandbox, c *metav1.Condition) int64 {
-	if c.ObservedGeneration > 0 {
-		return c.ObservedGeneration
-	}
-	return sb.Status.ObservedGeneration
 }

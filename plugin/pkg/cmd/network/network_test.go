@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/client/netpolicy"
 	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing/sandboxserver"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
@@ -243,7 +244,7 @@ func TestUpdate(t *testing.T) {
 			args:       []string{"allow", "sb", "pypi.org:443", "*.pythonhosted.org:443"},
 			want:       &policy{DefaultAction: "Deny", Egress: []rule{pypi, hosted}},
 			wantOut:    "sandbox.sandbox.kube-sandbox.io/sb network policy updated (deny, 2 rules)\n",
-			wantErrOut: "Warning: " + noPolicyOfItsOwn + "\n",
+			wantErrOut: "Warning: " + netpolicy.NoPolicyOfItsOwn + "\n",
 			wantPatch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "1"},
 				"spec": map[string]any{"networkPolicy": map[string]any{"defaultAction": "Deny", "egress": []any{

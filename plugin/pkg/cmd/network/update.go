@@ -2,7 +2,6 @@ package network
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -11,18 +10,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	watchtools "k8s.io/client-go/tools/watch"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
-	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/client/netpolicy"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -69,7 +64,7 @@ var (
 		does not add again.
 
 		A sandbox without a policy of its own gets one: default Deny and the new rules. It
-		replaces the pool's or the platform's policy.`) + "\n\n" + TargetSyntax + "\n\n" + waitHelp
+		replaces the pool's or the platform's policy.`) + "\n\n" + netpolicy.TargetSyntax + "\n\n" + waitHelp
 
 	allowExample = cmdutil.Examples(`
 		# Let sandbox my-sandbox install from PyPI
@@ -85,7 +80,7 @@ var (
 		Add rules that deny TARGET: at the end of the rules, or before them with --first.
 		Rules at the end only matter when the default action is Allow; to carve an
 		exception out of an Allow rule (such as one for *.example.com), add the Deny rule
-		with --first.`) + "\n\n" + TargetSyntax + "\n\n" + waitHelp
+		with --first.`) + "\n\n" + netpolicy.TargetSyntax + "\n\n" + waitHelp
 
 	denyExample = cmdutil.Examples(`
 		# Allow everything except one network: set the default, then deny the network
@@ -134,10 +129,10 @@ type UpdateOptions struct {
 	Wait    bool
 	Timeout time.Duration
 	// Edit computes the new policy from the one read.
-	Edit Edit
+	Edit netpolicy.Edit
 
 	Namespace string
-	Client    clientset.Interface
+	Sandboxes *sandboxclient.Client
 
 	genericiooptions.IOStreams
 }
@@ -162,7 +157,7 @@ func (o *UpdateOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []s
 	if o.Namespace, _, err = f.Namespace(); err != nil {
 		return err
 	}
-	o.Client, err = f.SandboxClient()
+	o.Sandboxes, err = cmdutil.Client(f)
 	return err
 }
 
@@ -186,7 +181,7 @@ func newUpdateCommand(f cmdutil.Factory, o *UpdateOptions, cmd *cobra.Command, c
 
 // NewCmdAllow returns `network allow`.
 func NewCmdAllow(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
-	return newCmdAdd(f, NewUpdateOptions(streams), ActionAllow, &cobra.Command{
+	return newCmdAdd(f, NewUpdateOptions(streams), netpolicy.ActionAllow, &cobra.Command{
 		Use:     "allow NAME TARGET[:PORTS]... [--first] [--wait [--timeout=DURATION]]",
 		Short:   "Add rules that allow destinations to a sandbox's network policy",
 		Long:    allowLong,
@@ -196,7 +191,7 @@ func NewCmdAllow(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.C
 
 // NewCmdDeny returns `network deny`.
 func NewCmdDeny(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
-	return newCmdAdd(f, NewUpdateOptions(streams), ActionDeny, &cobra.Command{
+	return newCmdAdd(f, NewUpdateOptions(streams), netpolicy.ActionDeny, &cobra.Command{
 		Use:     "deny NAME TARGET[:PORTS]... [--first] [--wait [--timeout=DURATION]]",
 		Short:   "Add rules that deny destinations to a sandbox's network policy",
 		Long:    denyLong,
@@ -210,11 +205,11 @@ func newCmdAdd(f cmdutil.Factory, o *UpdateOptions, action string, cmd *cobra.Co
 		if len(targets) == 0 {
 			return cmdutil.UsageErrorf(cmd, "at least one TARGET is required after NAME")
 		}
-		rules, err := ParseRules(targets, action)
+		rules, err := netpolicy.ParseRules(targets, action)
 		if err != nil {
 			return cmdutil.UsageErrorf(cmd, "invalid target %s", err)
 		}
-		o.Edit = AddRules(rules, first)
+		o.Edit = netpolicy.AddRules(rules, first)
 		return nil
 	})
 	cmd.Flags().BoolVar(&first, "first", false, "Put the new rules before the others, so that they match first.")
@@ -233,11 +228,11 @@ func NewCmdRemove(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.
 		if len(args) == 0 {
 			return cmdutil.UsageErrorf(cmd, "at least one RULE (a rule number or a TARGET) is required after NAME")
 		}
-		selectors, err := ParseSelectors(args)
+		selectors, err := netpolicy.ParseSelectors(args)
 		if err != nil {
 			return cmdutil.UsageErrorf(cmd, "invalid rule %s", err)
 		}
-		o.Edit = RemoveRules(selectors)
+		o.Edit = netpolicy.RemoveRules(selectors)
 		return nil
 	})
 }
@@ -254,7 +249,7 @@ func NewCmdDenyAll(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra
 		if len(args) > 0 {
 			return cmdutil.UsageErrorf(cmd, "deny-all takes one NAME, got %q", append([]string{o.Name}, args...))
 		}
-		o.Edit = DenyAll()
+		o.Edit = netpolicy.DenyAll()
 		return nil
 	})
 }
@@ -271,7 +266,7 @@ func NewCmdReset(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.C
 		if len(args) > 0 {
 			return cmdutil.UsageErrorf(cmd, "reset takes one NAME, got %q", append([]string{o.Name}, args...))
 		}
-		o.Edit = Reset()
+		o.Edit = netpolicy.Reset()
 		return nil
 	})
 }
@@ -299,7 +294,7 @@ func NewCmdSet(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Com
 	})
 	cmd.Flags().StringVarP(&o.Filename, "filename", "f", o.Filename, "File holding the policy, in YAML or JSON; - for standard input.")
 	cmd.Flags().StringVar(&o.DefaultAction, "default-action", o.DefaultAction, "What no rule matches: Allow or Deny. Keeps the rules.")
-	_ = cmd.RegisterFlagCompletionFunc("default-action", cobra.FixedCompletions([]string{ActionAllow, ActionDeny}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("default-action", cobra.FixedCompletions([]string{netpolicy.ActionAllow, netpolicy.ActionDeny}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -309,11 +304,11 @@ func (o *SetOptions) Validate(cmd *cobra.Command) error {
 	case o.Filename != "" && o.DefaultAction != "":
 		return cmdutil.UsageErrorf(cmd, "-f and --default-action cannot be used together: a file sets the default action too")
 	case o.DefaultAction != "":
-		action, err := ParseDefaultAction(o.DefaultAction)
+		action, err := netpolicy.ParseDefaultAction(o.DefaultAction)
 		if err != nil {
 			return cmdutil.UsageErrorf(cmd, "invalid --default-action %q: %s", o.DefaultAction, err)
 		}
-		o.Edit = SetDefaultAction(action)
+		o.Edit = netpolicy.SetDefaultAction(action)
 		return nil
 	case o.Filename == "":
 		return cmdutil.UsageErrorf(cmd, "one of -f and --default-action is required")
@@ -322,7 +317,7 @@ func (o *SetOptions) Validate(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	o.Edit = SetPolicy(p)
+	o.Edit = netpolicy.SetPolicy(p)
 	return nil
 }
 
@@ -351,10 +346,10 @@ func (o *SetOptions) readPolicy() (*sandboxv1alpha1.SandboxNetworkPolicy, error)
 	if err := yaml.UnmarshalStrict(data, p); err != nil {
 		return nil, fmt.Errorf("invalid policy in %s: %w (the file holds the policy itself, with defaultAction and egress, as 'kubectl sandbox network show NAME -o yaml' prints it)", name, err)
 	}
-	if err := checkRuleCount(p); err != nil {
+	if err := netpolicy.CheckRuleCount(p); err != nil {
 		return nil, fmt.Errorf("invalid policy in %s: %w", name, err)
 	}
-	if errs := ValidatePolicy(p, nil); len(errs) > 0 {
+	if errs := netpolicy.ValidatePolicy(p, nil); len(errs) > 0 {
 		msgs := make([]string, 0, len(errs))
 		for _, e := range errs {
 			msgs = append(msgs, e.Error())
@@ -364,52 +359,11 @@ func (o *SetOptions) readPolicy() (*sandboxv1alpha1.SandboxNetworkPolicy, error)
 	return p, nil
 }
 
-// Run reads the sandbox, applies the edit and sends the new policy as a JSON merge patch that
-// names the resourceVersion read, so that it fails with a conflict if the sandbox changed in
-// between; then the edit runs again on the sandbox read anew. With --wait it waits until the
-// pods enforce the result.
+// Run applies the edit (sandboxclient.UpdateNetworkPolicy: a conditional merge patch, tried
+// again on a conflict) and with --wait waits until the pods enforce the result.
 func (o *UpdateOptions) Run(ctx context.Context) error {
-	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
-	var (
-		result   *sandboxv1alpha1.Sandbox
-		changed  bool
-		warnings []string
-	)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		sb, err := sandboxes.Get(ctx, o.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		old := sb.Spec.NetworkPolicy
-		p, w, err := o.Edit(old)
-		if err != nil {
-			return fmt.Errorf("sandbox %q: %w", o.Name, err)
-		}
-		warnings = w
-		if apiequality.Semantic.DeepEqual(old, p) {
-			result, changed = sb, false
-			return nil
-		}
-		if err := checkRuleCount(p); err != nil {
-			return fmt.Errorf("sandbox %q: %w", o.Name, err)
-		}
-		if errs := ValidatePolicy(p, field.NewPath("spec", "networkPolicy")); len(errs) > 0 {
-			return fmt.Errorf("sandbox %q: the new policy is invalid: %w", o.Name, errs.ToAggregate())
-		}
-		patch, err := policyPatch(sb.ResourceVersion, p)
-		if err != nil {
-			return err
-		}
-		updated, err := sandboxes.Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldValidation: metav1.FieldValidationStrict})
-		if err != nil {
-			return err
-		}
-		if !apiequality.Semantic.DeepEqual(updated.Spec.NetworkPolicy, p) {
-			return fmt.Errorf("the server did not store the network policy of sandbox %q as sent: it may not support changing spec.networkPolicy", o.Name)
-		}
-		result, changed = updated, true
-		return nil
-	})
+	c := o.Sandboxes
+	result, changed, warnings, err := c.UpdateNetworkPolicy(ctx, o.Name, o.Edit)
 	if err != nil {
 		return err
 	}
@@ -420,105 +374,28 @@ func (o *UpdateOptions) Run(ctx context.Context) error {
 	if changed {
 		verb = "updated"
 	}
-	fmt.Fprintf(o.Out, "%s/%s network policy %s (%s)\n", cmdutil.SandboxKind, o.Name, verb, Summary(result.Spec.NetworkPolicy))
+	fmt.Fprintf(o.Out, "%s/%s network policy %s (%s)\n", cmdutil.SandboxKind, o.Name, verb, netpolicy.Summary(result.Spec.NetworkPolicy))
 	if !o.Wait {
 		return nil
 	}
-	sb, err := o.waitInForce(ctx, result)
+	sb, err := o.waitInForce(ctx, c, result)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Out, "%s/%s network policy in force (generation %d)\n", cmdutil.SandboxKind, o.Name, observedGeneration(sb, meta.FindStatusCondition(sb.Status.Conditions, ConditionEgressReady)))
+	fmt.Fprintf(o.Out, "%s/%s network policy in force (generation %d)\n", cmdutil.SandboxKind, o.Name, sandboxclient.ObservedGeneration(sb, meta.FindStatusCondition(sb.Status.Conditions, ConditionEgressReady)))
 	return nil
 }
 
-// policyPatch is a JSON merge patch that replaces spec.networkPolicy with p (removes it when
-// nil), conditional on resourceVersion. A merge patch merges objects field by field, so the
-// policy's fields that p leaves out are set to null rather than left out; its lists are
-// replaced whole.
-func policyPatch(resourceVersion string, p *sandboxv1alpha1.SandboxNetworkPolicy) ([]byte, error) {
-	var policy any
-	if p != nil {
-		fields := map[string]any{"defaultAction": nil, "egress": nil}
-		if p.DefaultAction != "" {
-			fields["defaultAction"] = p.DefaultAction
-		}
-		if len(p.Egress) > 0 {
-			fields["egress"] = p.Egress
-		}
-		policy = fields
-	}
-	return json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": resourceVersion},
-		"spec":     map[string]any{"networkPolicy": policy},
-	})
-}
-
-// waitInForce waits until EgressReady is True for sb's generation or later, watching the
-// sandbox (cmdutil.WaitForSandbox). It fails at once when the policy failed to apply or the
-// sandbox is deleted.
-func (o *UpdateOptions) waitInForce(ctx context.Context, sb *sandboxv1alpha1.Sandbox) (*sandboxv1alpha1.Sandbox, error) {
-	generation := sb.Generation
-	last := sb
-	inForce := func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
-		last = sb
-		c := meta.FindStatusCondition(sb.Status.Conditions, ConditionEgressReady)
-		if c == nil || observedGeneration(sb, c) < generation {
-			return false, nil
-		}
-		switch {
-		case c.Status == metav1.ConditionTrue:
-			return true, nil
-		case c.Status == metav1.ConditionFalse && c.Reason == reasonPolicyFailed:
-			return false, fmt.Errorf("the network policy of sandbox %q failed to apply%s", o.Name, conditionReason(c))
-		}
-		return false, nil
-	}
+// waitInForce waits until the pods enforce sb's policy, for --timeout: zero checks once,
+// negative waits without limit.
+func (o *UpdateOptions) waitInForce(ctx context.Context, c *sandboxclient.Client, sb *sandboxv1alpha1.Sandbox) (*sandboxv1alpha1.Sandbox, error) {
 	if o.Timeout == 0 {
-		if done, err := inForce(sb); done || err != nil {
+		if done, err := sandboxclient.PolicyInForce(sb, sb.Generation); done || err != nil {
 			return sb, err
 		}
-		return nil, fmt.Errorf("the network policy of sandbox %q (generation %d) is not in force yet%s", o.Name, generation, notInForceReason(last, generation))
+		return nil, fmt.Errorf("the network policy of sandbox %q (generation %d) is not in force yet%s", o.Name, sb.Generation, sandboxclient.NotInForceReason(sb, sb.Generation))
 	}
-
 	waitCtx, cancel := watchtools.ContextWithOptionalTimeout(ctx, max(o.Timeout, 0))
 	defer cancel()
-	result, err := cmdutil.WaitForSandbox(waitCtx, o.Client, o.Namespace, o.Name, func(current *sandboxv1alpha1.Sandbox) (bool, error) {
-		if current == nil {
-			return false, fmt.Errorf("sandbox %q was deleted while waiting for its network policy", o.Name)
-		}
-		return inForce(current)
-	})
-	switch {
-	case err == nil:
-		return result, nil
-	case waitCtx.Err() != nil && ctx.Err() == nil:
-		return nil, fmt.Errorf("timed out waiting for the network policy of sandbox %q (generation %d) to be in force%s", o.Name, generation, notInForceReason(last, generation))
-	}
-	return nil, err
-}
-
-// notInForceReason is ": EgressReady is ..." of the sandbox last seen, for a wait for generation
-// that ended before the policy was in force.
-func notInForceReason(sb *sandboxv1alpha1.Sandbox, generation int64) string {
-	c := meta.FindStatusCondition(sb.Status.Conditions, ConditionEgressReady)
-	if c == nil {
-		return ": EgressReady is not reported yet"
-	}
-	if observed := observedGeneration(sb, c); observed < generation {
-		return fmt.Sprintf(": EgressReady is pending (reported for generation %d)", observed)
-	}
-	return fmt.Sprintf(": EgressReady is %s%s", c.Status, conditionReason(c))
-}
-
-// conditionReason is ": REASON: MESSAGE" of a condition, leaving out what it lacks.
-func conditionReason(c *metav1.Condition) string {
-	s := ""
-	if c.Reason != "" {
-		s += ": " + c.Reason
-	}
-	if c.Message != "" {
-		s += ": " + c.Message
-	}
-	return s
+	return c.WaitNetworkPolicy(waitCtx, sb)
 }

@@ -15,6 +15,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -173,12 +174,12 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	defer cancel()
 	start := time.Now()
-	last, err := cmdutil.WaitForSandbox(waitCtx, o.Client, o.Namespace, o.Name, func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
+	last, err := sandboxclient.WaitForSandbox(waitCtx, o.Client, o.Namespace, o.Name, func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
 		return Reached(sb, want)
 	})
 	if err != nil {
 		if waitCtx.Err() != nil && last != nil {
-			return fmt.Errorf("timed out after %s waiting for sandbox %q to be %s: it is %s%s", o.Timeout, o.Name, want, cmdutil.Phase(last), why(last))
+			return fmt.Errorf("timed out after %s waiting for sandbox %q to be %s: it is %s%s", o.Timeout, o.Name, want, sandboxclient.Phase(last), why(last))
 		}
 		return err
 	}
@@ -192,7 +193,7 @@ func Reached(sb *sandboxv1alpha1.Sandbox, want sandboxv1alpha1.SandboxPhase) (bo
 	if sb == nil {
 		return false, fmt.Errorf("the sandbox was deleted")
 	}
-	switch phase := cmdutil.Phase(sb); phase {
+	switch phase := sandboxclient.Phase(sb); phase {
 	case want:
 		return true, nil
 	case sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.PhaseExpired, sandboxv1alpha1.PhaseTerminating:

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/attach"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/cp"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/create"
@@ -89,7 +90,7 @@ var (
 // --kubeconfig, --as, ...) and -v for client logging.
 func NewCmdSandbox(streams genericiooptions.IOStreams) *cobra.Command {
 	configFlags := genericclioptions.NewConfigFlags(true)
-	cmd := NewCmdSandboxWithFactory(cmdutil.NewFactory(configFlags), streams, &exec.DefaultRemoteExecutor{})
+	cmd := NewCmdSandboxWithFactory(cmdutil.NewFactory(configFlags), streams, sandboxclient.DefaultRemoteExecutor{})
 	configFlags.AddFlags(cmd.PersistentFlags())
 	addKlogFlags(cmd)
 	cmd.PersistentPreRun = func(*cobra.Command, []string) {
@@ -102,7 +103,7 @@ func NewCmdSandbox(streams genericiooptions.IOStreams) *cobra.Command {
 
 // NewCmdSandboxWithFactory returns the root command on the given clients and executor, without
 // global flags; tests use it with fakes.
-func NewCmdSandboxWithFactory(f cmdutil.Factory, streams genericiooptions.IOStreams, executor exec.RemoteExecutor) *cobra.Command {
+func NewCmdSandboxWithFactory(f cmdutil.Factory, streams genericiooptions.IOStreams, executor sandboxclient.RemoteExecutor) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "sandbox",
 		Short:   "Manage sandboxes of sandbox.kube-sandbox.io",

@@ -10,6 +10,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 )
 
 // Factory gives commands their clients and namespace, resolved from the kubeconfig flags. It is
@@ -61,3 +62,21 @@ func (f *factory) SandboxClient() (clientset.Interface, error) {
 // SandboxKind is how kubectl names the kind in messages such as
 // `sandbox.sandbox.kube-sandbox.io "x" deleted`: lowercase kind, dot, group.
 const SandboxKind = "sandbox." + sandboxv1alpha1.GroupName
+
+// Client is the kube-sandbox client library on the factory's namespace, configuration and
+// clientset: the one implementation of each operation that every command calls.
+func Client(f Factory) (*sandboxclient.Client, error) {
+	namespace, _, err := f.Namespace()
+	if err != nil {
+		return nil, err
+	}
+	config, err := f.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := f.SandboxClient()
+	if err != nil {
+		return nil, err
+	}
+	return sandboxclient.NewWithClientset(config, namespace, cs)
+}

@@ -19,6 +19,7 @@ import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -258,7 +259,7 @@ func (o *WaitOptions) waitFor(ctx context.Context, name string) (*sandboxv1alpha
 	if o.Timeout == 0 {
 		return nil, fmt.Errorf("condition not met for sandboxes/%s%s", name, o.notMetReason(sb))
 	}
-	last, err := cmdutil.WaitForSandbox(ctx, o.Client, o.Namespace, name, func(current *sandboxv1alpha1.Sandbox) (bool, error) {
+	last, err := sandboxclient.WaitForSandbox(ctx, o.Client, o.Namespace, name, func(current *sandboxv1alpha1.Sandbox) (bool, error) {
 		switch {
 		case current == nil && o.forDelete:
 			return true, nil
@@ -281,7 +282,7 @@ func (o *WaitOptions) met(sb *sandboxv1alpha1.Sandbox, uid types.UID) (bool, err
 	if o.forDelete {
 		return sb.UID != uid, nil
 	}
-	phase := cmdutil.Phase(sb)
+	phase := sandboxclient.Phase(sb)
 	if o.conditionType != "" {
 		if c := condition(sb, o.conditionType); c != nil && strings.EqualFold(string(c.Status), o.conditionStatus) {
 			return true, nil

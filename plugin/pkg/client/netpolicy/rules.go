@@ -1,4 +1,4 @@
-package network
+package netpolicy
 
 import (
 	"cmp"
@@ -312,4 +312,30 @@ func sameMatch(a, b sandboxv1alpha1.SandboxEgressRule) bool {
 // resolving names: the same target with all ports, or with the same ports.
 func covers(a, b sandboxv1alpha1.SandboxEgressRule) bool {
 	return targetKey(a.To) == targetKey(b.To) && (len(a.Ports) == 0 || portKey(a.Ports) == portKey(b.Ports))
+}
+
+// ForCreate is the policy of a new sandbox that allows the targets (TARGET[:PORTS] each, see
+// TargetSyntax) and denies the rest, or with denyAll denies everything; nil when neither is
+// given, for the pool's or the platform's default.
+func ForCreate(allow []string, denyAll bool) (*sandboxv1alpha1.SandboxNetworkPolicy, error) {
+	switch {
+	case len(allow) > 0 && denyAll:
+		return nil, fmt.Errorf("--allow and --deny-all cannot be used together: --allow denies what its targets do not match already")
+	case denyAll:
+		return &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: ActionDeny}, nil
+	case len(allow) == 0:
+		return nil, nil
+	}
+	rules, err := ParseRules(allow, ActionAllow)
+	if err != nil {
+		return nil, fmt.Errorf("invalid --allow %w", err)
+	}
+	if len(rules) > egressapi.MaxRules {
+		return nil, fmt.Errorf("--allow gives %d targets; at most %d are allowed", len(rules), egressapi.MaxRules)
+	}
+	policy := &sandboxv1alpha1.SandboxNetworkPolicy{DefaultAction: ActionDeny, Egress: rules}
+	if errs := ValidatePolicy(policy, field.NewPath("spec", "networkPolicy")); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid --allow: %w", errs.ToAggregate())
+	}
+	return policy, nil
 }

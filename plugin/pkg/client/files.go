@@ -1,7 +1,4 @@
-// Package files is a client of the files subresource of sandboxes: listing, stat, download and
-// upload of files in a sandbox, streamed through the REST client of the sandbox API group on the
-// kubeconfig's credentials.
-package files
+package client
 
 import (
 	"bufio"
@@ -24,19 +21,19 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
-// Client reaches the files of one replica of one sandbox.
-type Client struct {
+// Files reaches the files of one replica of one sandbox.
+type Files struct {
 	// rest is a REST client of the group whose transport records the response headers a
-	// request's context asks for (see NewClient).
+	// request's context asks for (see NewFiles).
 	rest      rest.Interface
 	namespace string
 	sandbox   string
 	replica   int32
 }
 
-// NewClient returns a Client for the replica (the server's default, the first, when zero) of
+// NewFiles returns a Files for the replica (the server's default, the first, when zero) of
 // the sandbox namespace/name on config's server.
-func NewClient(config *rest.Config, namespace, name string, replica int32) (*Client, error) {
+func NewFiles(config *rest.Config, namespace, name string, replica int32) (*Files, error) {
 	config = rest.CopyConfig(config)
 	// rest.Request.Stream returns a response's body without its headers, and a download
 	// needs two of them.
@@ -50,7 +47,7 @@ func NewClient(config *rest.Config, namespace, name string, replica int32) (*Cli
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox REST client: %w", err)
 	}
-	return &Client{rest: typed.RESTClient(), namespace: namespace, sandbox: name, replica: replica}, nil
+	return &Files{rest: typed.RESTClient(), namespace: namespace, sandbox: name, replica: replica}, nil
 }
 
 // ErrParentPath is returned for a path with a ".." element, which the server refuses and
@@ -61,7 +58,7 @@ var ErrParentPath = errors.New(`a path in a sandbox may not contain ".."`)
 // sandbox's files root ("", "." or "/" for the root itself). The path is a suffix of the
 // subresource, as kubectl's proxy paths are: SubResource refuses segments that a file name may
 // well have, like "%", and the URL escapes each segment.
-func (c *Client) request(verb, p string) (*rest.Request, error) {
+func (c *Files) request(verb, p string) (*rest.Request, error) {
 	var segments []string
 	for s := range strings.SplitSeq(p, "/") {
 		switch s {
@@ -97,7 +94,7 @@ func stream(ctx context.Context, req *rest.Request) (io.ReadCloser, http.Header,
 }
 
 // Stat describes the entry at p without following a final symlink.
-func (c *Client) Stat(ctx context.Context, p string) (*sandboxv1alpha1.SandboxFile, error) {
+func (c *Files) Stat(ctx context.Context, p string) (*sandboxv1alpha1.SandboxFile, error) {
 	req, err := c.request(http.MethodGet, p)
 	if err != nil {
 		return nil, err
@@ -112,7 +109,7 @@ func (c *Client) Stat(ctx context.Context, p string) (*sandboxv1alpha1.SandboxFi
 // List calls fn for each entry of the directory dir down to depth levels, page by page of at
 // most limit entries (the server's default when 0), until the last page or fn's first error.
 // Item paths are relative to dir.
-func (c *Client) List(ctx context.Context, dir string, depth, limit int, fn func(*sandboxv1alpha1.SandboxFile) error) error {
+func (c *Files) List(ctx context.Context, dir string, depth, limit int, fn func(*sandboxv1alpha1.SandboxFile) error) error {
 	token := ""
 	for {
 		list, err := c.listPage(ctx, dir, depth, limit, token)
@@ -131,7 +128,7 @@ func (c *Client) List(ctx context.Context, dir string, depth, limit int, fn func
 	}
 }
 
-func (c *Client) listPage(ctx context.Context, dir string, depth, limit int, token string) (*sandboxv1alpha1.SandboxFileList, error) {
+func (c *Files) listPage(ctx context.Context, dir string, depth, limit int, token string) (*sandboxv1alpha1.SandboxFileList, error) {
 	req, err := c.request(http.MethodGet, dir)
 	if err != nil {
 		return nil, err
@@ -176,7 +173,7 @@ const maxEventBytes = 64 << 10
 // recursive, as the server streams them, until ctx ends (nil), the stream ends, fn fails or
 // the watch overflows (ErrWatchOverflow, after fn saw the FileOverflow event). Heartbeats are
 // skipped.
-func (c *Client) Watch(ctx context.Context, dir string, recursive bool, fn func(*execdapi.FileEvent) error) error {
+func (c *Files) Watch(ctx context.Context, dir string, recursive bool, fn func(*execdapi.FileEvent) error) error {
 	req, err := c.request(http.MethodGet, dir)
 	if err != nil {
 		return err
@@ -234,7 +231,7 @@ var ErrNotAFile = errors.New("not a regular file")
 
 // Download opens the contents of the regular file p, streamed as the server sends them, and
 // returns its permission bits (0 if the server sent none). The caller closes the reader.
-func (c *Client) Download(ctx context.Context, p string) (io.ReadCloser, fs.FileMode, error) {
+func (c *Files) Download(ctx context.Context, p string) (io.ReadCloser, fs.FileMode, error) {
 	req, err := c.request(http.MethodGet, p)
 	if err != nil {
 		return nil, 0, err
@@ -260,7 +257,7 @@ func (c *Client) Download(ctx context.Context, p string) (io.ReadCloser, fs.File
 
 // Upload writes the contents of r to the file p, creating missing parent directories when
 // mkdirs is set. mode is sent unless it is nil, letting the server pick its default.
-func (c *Client) Upload(ctx context.Context, p string, r io.Reader, mode *fs.FileMode, mkdirs bool) error {
+func (c *Files) Upload(ctx context.Context, p string, r io.Reader, mode *fs.FileMode, mkdirs bool) error {
 	req, err := c.request(http.MethodPut, p)
 	if err != nil {
 		return err
@@ -282,7 +279,7 @@ func (c *Client) Upload(ctx context.Context, p string, r io.Reader, mode *fs.Fil
 }
 
 // Mkdir creates the directory p and its missing parents; an existing directory is fine.
-func (c *Client) Mkdir(ctx context.Context, p string, mode *fs.FileMode) error {
+func (c *Files) Mkdir(ctx context.Context, p string, mode *fs.FileMode) error {
 	req, err := c.request(http.MethodPut, p)
 	if err != nil {
 		return err
@@ -321,4 +318,73 @@ func (t headerRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		h.header = resp.Header
 	}
 	return resp, err
+}
+
+// Files is the files of the first replica of sandbox name.
+func (c *Client) Files(name string) *Files {
+	return c.FilesOf(name, 0)
+}
+
+// FilesOf is the files of a replica of sandbox name.
+func (c *Client) FilesOf(name string, replica int32) *Files {
+	f, err := NewFiles(c.config, c.namespace, name, replica)
+	if err != nil {
+		// NewFiles fails only for a configuration New has accepted already.
+		panic(fmt.Sprintf("files client of a valid configuration: %v", err))
+	}
+	return f
+}
+
+// ReadFile returns the contents of the regular file p, up to limit bytes when limit > 0 (the
+// rest is not read; truncated says there was more).
+func (c *Files) ReadFile(ctx context.Context, p string, limit int64) (data []byte, truncated bool, err error) {
+	body, _, err := c.Download(ctx, p)
+	if err != nil {
+		return nil, false, wrap(err)
+	}
+	defer func() { _ = body.Close() }()
+	var r io.Reader = body
+	if limit > 0 {
+		r = io.LimitReader(body, limit+1)
+	}
+	data, err = io.ReadAll(r)
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s: %w", p, err)
+	}
+	if limit > 0 && int64(len(data)) > limit {
+		return data[:limit], true, nil
+	}
+	return data, false, nil
+}
+
+// WriteFile writes data to the file p (replacing it whole, as a rename does), creating its
+// missing parent directories; mode 0 leaves the server's default (0644).
+func (c *Files) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
+	var m *fs.FileMode
+	if mode != 0 {
+		m = &mode
+	}
+	return wrap(c.Upload(ctx, p, bytes.NewReader(data), m, true))
+}
+
+// ReadDir lists the directory dir, one level deep.
+func (c *Files) ReadDir(ctx context.Context, dir string) ([]sandboxv1alpha1.SandboxFile, error) {
+	var entries []sandboxv1alpha1.SandboxFile
+	err := c.List(ctx, dir, 1, 0, func(f *sandboxv1alpha1.SandboxFile) error {
+		entries = append(entries, *f)
+		return nil
+	})
+	return entries, wrap(err)
+}
+
+// Remove removes the file or empty directory p; with recursive, a whole tree.
+func (c *Files) Remove(ctx context.Context, p string, recursive bool) error {
+	req, err := c.request(http.MethodDelete, p)
+	if err != nil {
+		return err
+	}
+	if recursive {
+		req.Param(execdapi.RecursiveParam, "true")
+	}
+	return wrap(req.Do(ctx).Error())
 }

@@ -1,10 +1,11 @@
-package network
+package netpolicy
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
 	"k8s.io/utils/ptr"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
@@ -167,7 +168,7 @@ func TestEdits(t *testing.T) {
 			name:         "allow without a policy starts from default Deny",
 			edit:         AddRules([]rule{pypi, hosted}, false),
 			want:         &policy{DefaultAction: "Deny", Egress: []rule{pypi, hosted}},
-			wantWarnings: []string{noPolicyOfItsOwn},
+			wantWarnings: []string{NoPolicyOfItsOwn},
 		},
 		{
 			name: "allow appends",

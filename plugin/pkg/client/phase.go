@@ -1,4 +1,4 @@
-package util
+package client
 
 import (
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"

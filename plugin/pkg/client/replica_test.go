@@ -1,4 +1,4 @@
-package util_test
+package client_test
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing/sandboxserver"
-	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
 // replicaSandbox is sandbox sb of replicas pods in phase, the readyReplicas listed ready.
@@ -52,7 +52,7 @@ func TestReplicaReady(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := cmdutil.ReplicaReady(tt.sb, tt.replica, "read the log of")
+			got, err := client.ReplicaReady(tt.sb, tt.replica, "read the log of")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
@@ -103,11 +103,11 @@ func TestWaitForReplica(t *testing.T) {
 			if tt.then != nil {
 				srv.WatchStarted = func() { srv.Modify("sb", tt.then) }
 			}
-			client, err := clientset.NewForConfig(&rest.Config{Host: srv.URL, BearerToken: sandboxserver.UserToken})
+			cs, err := clientset.NewForConfig(&rest.Config{Host: srv.URL, BearerToken: sandboxserver.UserToken})
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = cmdutil.WaitForReplica(context.Background(), client, cmdtesting.Namespace, "sb", 0, 300*time.Millisecond, "exec into")
+			err = client.WaitForReplica(context.Background(), cs, cmdtesting.Namespace, "sb", 0, 300*time.Millisecond, "exec into")
 			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Fatalf("error %v, want %q", err, tt.wantErr)
 			}

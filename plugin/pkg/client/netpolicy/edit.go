@@ -1,4 +1,4 @@
-package network
+package netpolicy
 
 import (
 	"fmt"
@@ -16,9 +16,9 @@ import (
 // sandbox changed before the update went through.
 type Edit func(old *sandboxv1alpha1.SandboxNetworkPolicy) (*sandboxv1alpha1.SandboxNetworkPolicy, []string, error)
 
-// noPolicyOfItsOwn warns that a sandbox that followed its pool's or the platform's policy now
+// NoPolicyOfItsOwn warns that a sandbox that followed its pool's or the platform's policy now
 // has one of its own, which replaces that one.
-const noPolicyOfItsOwn = "the sandbox had no network policy of its own, so its pool's or the platform's default applied; it now has its own, which replaces that one and denies what no rule allows"
+const NoPolicyOfItsOwn = "the sandbox had no network policy of its own, so its pool's or the platform's default applied; it now has its own, which replaces that one and denies what no rule allows"
 
 // AddRules inserts rules: at the end of the list, or before the others with first. A rule the
 // list has already (the same target, ports and action) is not added again; with first it is
@@ -30,7 +30,7 @@ func AddRules(rules []sandboxv1alpha1.SandboxEgressRule, first bool) Edit {
 		if old != nil {
 			p = old.DeepCopy()
 		} else {
-			warnings = append(warnings, noPolicyOfItsOwn)
+			warnings = append(warnings, NoPolicyOfItsOwn)
 		}
 		if first {
 			var added []sandboxv1alpha1.SandboxEgressRule
@@ -170,7 +170,7 @@ func SetDefaultAction(action string) Edit {
 		if old != nil {
 			p = old.DeepCopy()
 		} else if action == ActionDeny {
-			warnings = append(warnings, noPolicyOfItsOwn)
+			warnings = append(warnings, NoPolicyOfItsOwn)
 		} else {
 			warnings = append(warnings, "the sandbox had no network policy of its own, so its pool's or the platform's default applied; it now has its own, which replaces that one")
 		}
@@ -206,7 +206,7 @@ func ParseDefaultAction(s string) (string, error) {
 
 // checkRuleCount refuses a policy with more rules than the server takes, in words rather than
 // the server's field path.
-func checkRuleCount(p *sandboxv1alpha1.SandboxNetworkPolicy) error {
+func CheckRuleCount(p *sandboxv1alpha1.SandboxNetworkPolicy) error {
 	if p != nil && len(p.Egress) > egressapi.MaxRules {
 		return fmt.Errorf("the policy would have %d rules; at most %d are allowed", len(p.Egress), egressapi.MaxRules)
 	}

@@ -1,4 +1,4 @@
-package files
+package client
 
 import (
 	"bytes"
@@ -27,9 +27,9 @@ import (
 
 const namespace = "ns"
 
-func newClient(t *testing.T, host, sandbox string, replica int32) *Client {
+func newClient(t *testing.T, host, sandbox string, replica int32) *Files {
 	t.Helper()
-	c, err := NewClient(&rest.Config{Host: host, BearerToken: sandboxserver.UserToken}, namespace, sandbox, replica)
+	c, err := NewFiles(&rest.Config{Host: host, BearerToken: sandboxserver.UserToken}, namespace, sandbox, replica)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestClient(t *testing.T) {
 }
 
 // continueToken is the token of the second page of dir, one entry a page.
-func continueToken(t *testing.T, c *Client, ctx context.Context) string {
+func continueToken(t *testing.T, c *Files, ctx context.Context) string {
 	t.Helper()
 	list, err := c.listPage(ctx, "dir", 1, 1, "")
 	if err != nil {
