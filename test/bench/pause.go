@@ -14,7 +14,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
-	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 )
 
 var (
@@ -92,7 +92,7 @@ func (pb *poolBench) setPaused(ctx context.Context, name string, paused bool, wa
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	last, err := cmdutil.WaitForSandbox(wctx, pb.sandboxes, pb.ns, name, func(s *sandboxv1alpha1.Sandbox) (bool, error) {
+	last, err := sandboxclient.WaitForSandbox(wctx, pb.sandboxes, pb.ns, name, func(s *sandboxv1alpha1.Sandbox) (bool, error) {
 		return s != nil && s.Status.Phase == want, nil
 	})
 	if err != nil {

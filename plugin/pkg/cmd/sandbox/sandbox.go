@@ -25,6 +25,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/kill"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/logs"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/ls"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/mcp"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/network"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/pause"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/portforward"
@@ -146,6 +147,7 @@ func NewCmdSandboxWithFactory(f cmdutil.Factory, streams genericiooptions.IOStre
 		pause.NewCmdPause(f, streams),
 		pause.NewCmdResume(f, streams),
 		network.NewCmdNetwork(f, streams),
+		mcp.NewCmdMCP(f, streams),
 		delete.NewCmdDelete(f, streams),
 		newCmdOptions(streams),
 	)
