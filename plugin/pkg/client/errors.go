@@ -81,6 +81,10 @@ func wrap(err error) error {
 	if errors.As(err, &e) {
 		return err
 	}
+	if statusErr := answeredStatus(err); statusErr != nil {
+		// A refused exec or attach: the server's Status, not the transport's words.
+		return &Error{statusErr}
+	}
 	var statusErr *apierrors.StatusError
 	if errors.As(err, &statusErr) {
 		return &Error{statusErr}

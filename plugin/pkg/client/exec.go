@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
@@ -59,10 +61,35 @@ func newExecutor(url *url.URL, config *rest.Config) (remotecommand.Executor, err
 	return remotecommand.NewFallbackExecutor(websocket, spdy, shouldFallback)
 }
 
-// shouldFallback is kubectl's rule: use SPDY when the server or a proxy on the way refused the
-// WebSocket upgrade, or when the proxy is one gorilla/websocket cannot dial through.
+// shouldFallback is kubectl's rule, use SPDY when the server or a proxy on the way refused the
+// WebSocket upgrade or when the proxy is one gorilla/websocket cannot dial through, except
+// that a refusal that is an API server's answer about the request itself (the sandbox is
+// missing, RBAC forbids it, it is not ready) is final: SPDY would get the same answer, and
+// lose its Status on the way.
 func shouldFallback(err error) bool {
+	if answeredStatus(err) != nil {
+		return false
+	}
 	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+}
+
+// answeredStatus is the Status of a WebSocket upgrade that an API server refused for a reason
+// of the request's own, nil for any other error.
+func answeredStatus(err error) *apierrors.StatusError {
+	var upgradeErr *httpstream.UpgradeFailureError
+	if !errors.As(err, &upgradeErr) {
+		return nil
+	}
+	var statusErr *apierrors.StatusError
+	if !errors.As(upgradeErr.Cause, &statusErr) {
+		return nil
+	}
+	switch statusErr.Status().Code {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusGone,
+		http.StatusUnprocessableEntity, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return statusErr
+	}
+	return nil
 }
 
 // ExecOptions are a command to run in a sandbox and the streams it is wired to. A nil stream is
