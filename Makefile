@@ -37,8 +37,12 @@ down: ## Stop the local cluster and everything it started.
 test: test-unit test-integration test-e2e ## Run every test: unit, integration, end-to-end.
 
 .PHONY: test-unit
-test-unit: ## Unit tests.
+test-unit: test-python-unit ## Unit tests.
 	go test -short -count=1 ./...
+
+.PHONY: test-python-unit
+test-python-unit: ## Unit tests of the Python SDK (sdk/python; Debian's python3 with python3-kubernetes).
+	PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m unittest discover -s sdk/python/tests/unit -t sdk/python
 
 .PHONY: test-integration
 test-integration: ## Integration tests against a real etcd + kube-apiserver.
