@@ -6,6 +6,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 )
 
 // The kinds of failure a caller acts on. The errors the Client returns keep the server's
@@ -58,7 +60,7 @@ func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
 
 // CauseExpired is the type of the StatusCause with which the server marks a refusal because the
 // sandbox has expired (a renewal too late, say).
-const CauseExpired metav1.CauseType = "SandboxExpired"
+const CauseExpired = metav1.CauseType(sandboxv1alpha1.CauseTypeExpired)
 
 func isExpiredStatus(s metav1.Status) bool {
 	if s.Details != nil {

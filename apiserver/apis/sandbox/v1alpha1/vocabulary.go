@@ -115,3 +115,8 @@ const (
 
 // PoolsResource is what spec.poolRef names: the warm pools a sandbox is taken from.
 var PoolsResource = schema.GroupVersionResource{Group: "control.kube-sandbox.io", Version: "v1alpha1", Resource: "pools"}
+
+// CauseTypeExpired is the type of the StatusCause with which the server marks a request
+// refused because the sandbox has expired (a renewal too late), so that clients tell it from
+// other conflicts without reading the message.
+const CauseTypeExpired = "SandboxExpired"

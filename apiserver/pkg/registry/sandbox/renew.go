@@ -111,7 +111,11 @@ func (r *Renewer) Extend(ctx context.Context, namespace, name string, want time.
 			return apierrors.NewConflict(sandboxResource, name, errors.New("the sandbox has no expiry (no timeoutSeconds): there is nothing to renew"))
 		}
 		if bs.DeletionTimestamp != nil || !bs.Spec.ExpireTime.Time.After(r.clock.Now()) {
-			return apierrors.NewConflict(sandboxResource, name, fmt.Errorf("the sandbox expired at %s", bs.Spec.ExpireTime.UTC().Format(time.RFC3339)))
+			expired := apierrors.NewConflict(sandboxResource, name, fmt.Errorf("the sandbox expired at %s", bs.Spec.ExpireTime.UTC().Format(time.RFC3339)))
+			expired.ErrStatus.Details.Causes = append(expired.ErrStatus.Details.Causes, metav1.StatusCause{
+				Type: sandboxv1alpha1.CauseTypeExpired, Message: "the sandbox has expired: create another",
+			})
+			return expired
 		}
 		out = bs
 		if !want.After(bs.Spec.ExpireTime.Time) {
