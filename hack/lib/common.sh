@@ -49,7 +49,7 @@ ensure_packages() {
 # apache2-utils: htpasswd, for the registry's bcrypt password file.
 # What the unit tests need of the machine: real Jupyter kernels for execd's code contexts, and
 # Debian's python3 with the Kubernetes client for the Python SDK (sdk/python).
-TEST_PACKAGES=(python3-ipykernel python3-matplotlib python3-kubernetes python3-websocket python3-requests)
+TEST_PACKAGES=(python3-ipykernel python3-matplotlib python3-kubernetes python3-websocket python3-requests nodejs)
 CLUSTER_PACKAGES=(containerd runc containernetworking-plugins busybox-static debootstrap iptables nftables conntrack bc openssl curl gettext-base apache2-utils)
 
 # --- local cluster -----------------------------------------------------------------------------
