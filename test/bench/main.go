@@ -40,7 +40,7 @@ var (
 	runs      = flag.Int("runs", 200, "exec round trips per path")
 	streamMB  = flag.Int("stream-mb", 1024, "MiB streamed through exec per path")
 	fileMB    = flag.Int("file-mb", 200, "MiB uploaded and downloaded per path")
-	only      = flag.String("only", "", "run one part: exec, processes, egress, gvisor, pools, tasks, pause, or scale (not part of all: its own control plane and simulated nodes, no cluster; make bench-scale) (default: all)")
+	only      = flag.String("only", "", "run one part: exec, processes, clients, egress, gvisor, pools, tasks, pause, or scale (not part of all: its own control plane and simulated nodes, no cluster; make bench-scale) (default: all)")
 	gvisor    = flag.String("gvisor-runtime-class", "gvisor", "RuntimeClass of the gVisor rows (each the same in gVisor and in runc); empty, or a class the cluster does not have: skip them")
 )
 
@@ -101,6 +101,9 @@ func run(ctx context.Context) error {
 	if *only == "gvisor" {
 		return b.gVisorRows(ctx)
 	}
+	if *only == "clients" {
+		return b.clients(ctx)
+	}
 	if err := b.createSandbox(ctx, ""); err != nil {
 		return err
 	}
@@ -130,6 +133,9 @@ func run(ctx context.Context) error {
 	}
 	if *only == "processes" {
 		return nil
+	}
+	if err := b.clients(ctx); err != nil {
+		fmt.Printf("\n## Clients\n\nskipped: %v\n", err)
 	}
 	if err := b.egress(ctx); err != nil {
 		fmt.Printf("\n## Egress\n\nskipped: %v\n", err)
