@@ -147,9 +147,11 @@ func (c *Client) ListContexts(ctx context.Context, name string, replica *int32) 
 	return out, wrap(err)
 }
 
-// DeleteContext ends a code context and its interpreter.
-func (c *Client) DeleteContext(ctx context.Context, name string, replica int32, id string) error {
-	return wrap(withContextReplica(c.subresource("DELETE", name, "contexts", id), nonZero(replica)).Do(ctx).Error())
+// DeleteContext ends a code context and its interpreter, and returns the context as it ended.
+func (c *Client) DeleteContext(ctx context.Context, name string, replica int32, id string) (*sandboxv1alpha1.SandboxCodeContext, error) {
+	out := &sandboxv1alpha1.SandboxCodeContext{}
+	err := withContextReplica(c.subresource("DELETE", name, "contexts", id), nonZero(replica)).Do(ctx).Into(out)
+	return out, wrap(err)
 }
 
 // InterruptContext interrupts the context's run (a KeyboardInterrupt); it keeps its state.

@@ -9,12 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
-	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
-	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
 	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/term"
@@ -54,10 +50,9 @@ type AttachOptions struct {
 	TTY     bool
 	Quiet   bool
 
-	Namespace  string
-	Config     *rest.Config
-	RESTClient rest.Interface
-	Executor   sandboxclient.RemoteExecutor
+	Namespace string
+	Sandboxes *sandboxclient.Client
+	Executor  sandboxclient.RemoteExecutor
 
 	genericiooptions.IOStreams
 }
@@ -97,7 +92,7 @@ func NewCmdAttach(f cmdutil.Factory, streams genericiooptions.IOStreams, executo
 	return cmd
 }
 
-// Complete takes the name and ID and the clients.
+// Complete takes the name and ID, the namespace and the client.
 func (o *AttachOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string) error {
 	if len(args) != 2 {
 		return cmdutil.UsageErrorf(cmd, "attach takes a sandbox NAME and a process ID, got %q", args)
@@ -107,15 +102,8 @@ func (o *AttachOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []s
 	if o.Namespace, _, err = f.Namespace(); err != nil {
 		return err
 	}
-	if o.Config, err = f.ToRESTConfig(); err != nil {
-		return err
-	}
-	typed, err := typedsandbox.NewForConfig(o.Config)
-	if err != nil {
-		return fmt.Errorf("create sandbox REST client: %w", err)
-	}
-	o.RESTClient = typed.RESTClient()
-	return nil
+	o.Sandboxes, err = cmdutil.Client(f)
+	return err
 }
 
 // Validate checks the options.
@@ -141,28 +129,23 @@ func (o *AttachOptions) Run(ctx context.Context) error {
 		// A terminal has one stream.
 		stderr = nil
 	}
-	req := o.RESTClient.Post().
-		Namespace(o.Namespace).
-		Resource("sandboxes").
-		Name(o.Name).
-		SubResource("attach").
-		VersionedParams(&sandboxv1alpha1.SandboxAttachOptions{
-			Process: o.Process,
-			Replica: o.Replica,
-			Stdin:   stdin != nil,
-			Stdout:  stdout != nil,
-			Stderr:  stderr != nil,
-			TTY:     tty,
-		}, scheme.ParameterCodec)
-
+	c := o.Sandboxes.WithExecutor(o.Executor)
+	opts := sandboxclient.AttachOptions{
+		Process: o.Process,
+		Replica: o.Replica,
+		Stdin:   stdin,
+		Stdout:  stdout,
+		Stderr:  stderr,
+	}
 	if !tty {
-		return o.Executor.ExecuteWithContext(ctx, req.URL(), o.Config, stdin, stdout, stderr, false, nil)
+		return c.Attach(ctx, o.Name, opts)
 	}
 	if !o.Quiet {
 		fmt.Fprintln(o.ErrOut, "If you don't see a command prompt, try pressing enter.")
 	}
 	return term.TTY{In: o.In, Out: o.Out}.Run(ctx, func(sizes remotecommand.TerminalSizeQueue) error {
-		return o.Executor.ExecuteWithContext(ctx, req.URL(), o.Config, stdin, stdout, stderr, true, sizes)
+		opts.TTY, opts.TerminalSizes = true, sizes
+		return c.Attach(ctx, o.Name, opts)
 	})
 }
 

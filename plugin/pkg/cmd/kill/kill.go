@@ -9,11 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/rest"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
-	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/exec"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
@@ -55,8 +53,8 @@ type KillOptions struct {
 	GracePeriod int64
 	Output      string
 
-	Namespace  string
-	RESTClient rest.Interface
+	Namespace string
+	Sandboxes *sandboxclient.Client
 
 	genericiooptions.IOStreams
 }
@@ -93,7 +91,7 @@ func NewCmdKill(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Co
 	return cmd
 }
 
-// Complete takes the name and ID, the namespace and the REST client.
+// Complete takes the name and ID, the namespace and the client.
 func (o *KillOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string) error {
 	if len(args) != 2 {
 		return cmdutil.UsageErrorf(cmd, "kill takes a sandbox NAME and a process ID, got %q", args)
@@ -103,16 +101,8 @@ func (o *KillOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []str
 	if o.Namespace, _, err = f.Namespace(); err != nil {
 		return err
 	}
-	config, err := f.ToRESTConfig()
-	if err != nil {
-		return err
-	}
-	typed, err := typedsandbox.NewForConfig(config)
-	if err != nil {
-		return fmt.Errorf("create sandbox REST client: %w", err)
-	}
-	o.RESTClient = typed.RESTClient()
-	return nil
+	o.Sandboxes, err = cmdutil.Client(f)
+	return err
 }
 
 // Validate checks the flags; the server judges the signal's name.
@@ -137,29 +127,19 @@ func (o *KillOptions) Validate() error {
 // Run signals the process (POST sandboxes/NAME/processes/ID/signal) and prints what the server
 // answered.
 func (o *KillOptions) Run(ctx context.Context) error {
-	sig := &sandboxv1alpha1.SandboxProcessSignal{Signal: o.Signal}
+	sig := sandboxv1alpha1.SandboxProcessSignal{Signal: o.Signal}
 	if o.GracePeriod >= 0 {
 		grace := o.GracePeriod
 		sig.GracePeriodSeconds = &grace
 	}
-	req := o.RESTClient.Post().
-		Namespace(o.Namespace).
-		Resource("sandboxes").
-		Name(o.Name).
-		SubResource("processes", o.Process, "signal").
-		Body(sig)
-	if o.Replica != 0 {
-		replica := o.Replica
-		req = req.VersionedParams(&sandboxv1alpha1.SandboxProcessOptions{Replica: &replica}, scheme.ParameterCodec)
-	}
-	out := &sandboxv1alpha1.SandboxProcess{}
-	if err := req.Do(ctx).Into(out); err != nil {
+	out, err := o.Sandboxes.SignalProcess(ctx, o.Name, o.Replica, o.Process, sig)
+	if err != nil {
 		return err
 	}
 	if o.Output != "" {
 		return exec.PrintProcess(out, o.Output, o.Out)
 	}
-	_, err := fmt.Fprintf(o.Out, "process %s of sandbox %q signalled (%s): %s\n", out.Name, o.Name, o.Signal, describe(&out.Status))
+	_, err = fmt.Fprintf(o.Out, "process %s of sandbox %q signalled (%s): %s\n", out.Name, o.Name, o.Signal, describe(&out.Status))
 	return err
 }
 

@@ -12,12 +12,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/rest"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
-	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
-	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
 	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
@@ -79,9 +76,9 @@ type LogsOptions struct {
 	// PodRunningTimeout bounds the wait for a replica that is not ready.
 	PodRunningTimeout time.Duration
 
-	Namespace  string
-	RESTClient rest.Interface
-	Client     clientset.Interface
+	Namespace string
+	Client    clientset.Interface
+	Sandboxes *sandboxclient.Client
 
 	genericiooptions.IOStreams
 }
@@ -126,7 +123,7 @@ func NewCmdLogs(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Co
 	return cmd
 }
 
-// Complete takes the name, the namespace and the REST client.
+// Complete takes the name, the namespace and the clients.
 func (o *LogsOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string) error {
 	switch len(args) {
 	case 0:
@@ -144,16 +141,11 @@ func (o *LogsOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []str
 	if err != nil {
 		return err
 	}
-	// A REST client of the group, as exec and renew use for their subresources.
-	typed, err := typedsandbox.NewForConfig(config)
-	if err != nil {
-		return fmt.Errorf("create sandbox REST client: %w", err)
-	}
-	o.RESTClient = typed.RESTClient()
 	if o.Client, err = f.SandboxClient(); err != nil {
 		return err
 	}
-	return nil
+	o.Sandboxes, err = sandboxclient.NewWithClientset(config, o.Namespace, o.Client)
+	return err
 }
 
 // Validate checks the flags as kubectl logs checks its own.
@@ -186,8 +178,8 @@ func (o *LogsOptions) Validate() error {
 }
 
 // options are the query of the log request.
-func (o *LogsOptions) options() *sandboxv1alpha1.SandboxLogOptions {
-	opts := &sandboxv1alpha1.SandboxLogOptions{Replica: o.Replica, Follow: o.Follow, Previous: o.Previous, Process: o.Process}
+func (o *LogsOptions) options() sandboxv1alpha1.SandboxLogOptions {
+	opts := sandboxv1alpha1.SandboxLogOptions{Replica: o.Replica, Follow: o.Follow, Previous: o.Previous, Process: o.Process}
 	if o.OffsetBytes >= 0 {
 		offset := o.OffsetBytes
 		opts.OffsetBytes = &offset
@@ -208,12 +200,12 @@ func (o *LogsOptions) options() *sandboxv1alpha1.SandboxLogOptions {
 // log is asked for first because the server answers at once where no wait would help (a
 // replica without a task, a pod released with its log).
 func (o *LogsOptions) Run(ctx context.Context) error {
-	stream, err := o.stream(ctx)
+	stream, err := o.Sandboxes.Log(ctx, o.Name, o.options())
 	if apierrors.IsServiceUnavailable(err) {
 		if werr := sandboxclient.WaitForReplica(ctx, o.Client, o.Namespace, o.Name, o.Replica, o.PodRunningTimeout, "read the log of"); werr != nil {
 			return fmt.Errorf("%w (%v)", err, werr)
 		}
-		stream, err = o.stream(ctx)
+		stream, err = o.Sandboxes.Log(ctx, o.Name, o.options())
 	}
 	if err != nil {
 		return err
@@ -223,15 +215,4 @@ func (o *LogsOptions) Run(ctx context.Context) error {
 		return fmt.Errorf("read the log of sandbox %q: %w", o.Name, err)
 	}
 	return nil
-}
-
-// stream asks for the log.
-func (o *LogsOptions) stream(ctx context.Context) (io.ReadCloser, error) {
-	return o.RESTClient.Get().
-		Namespace(o.Namespace).
-		Resource("sandboxes").
-		Name(o.Name).
-		SubResource("log").
-		VersionedParams(o.options(), scheme.ParameterCodec).
-		Stream(ctx)
 }

@@ -8,13 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/util/retry"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
-	clientset "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned"
 	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
@@ -77,7 +73,7 @@ type Options struct {
 	Timeout time.Duration
 
 	Namespace string
-	Client    clientset.Interface
+	Sandboxes *sandboxclient.Client
 
 	genericiooptions.IOStreams
 }
@@ -114,7 +110,7 @@ func newCmd(f cmdutil.Factory, o *Options, verb, short, long, example string) *c
 	return cmd
 }
 
-// Complete takes the name and the clients.
+// Complete takes the name, the namespace and the client.
 func (o *Options) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string) error {
 	if len(args) != 1 {
 		return cmdutil.UsageErrorf(cmd, "one sandbox NAME is required, got %q", args)
@@ -124,7 +120,7 @@ func (o *Options) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string)
 	if o.Namespace, _, err = f.Namespace(); err != nil {
 		return err
 	}
-	o.Client, err = f.SandboxClient()
+	o.Sandboxes, err = cmdutil.Client(f)
 	return err
 }
 
@@ -138,21 +134,7 @@ func (o *Options) verb() string {
 // Run sets spec.paused with an update (the verb RBAC authorizes pause and resume by), and with
 // --wait follows the sandbox until it is there.
 func (o *Options) Run(ctx context.Context) error {
-	sandboxes := o.Client.SandboxV1alpha1().Sandboxes(o.Namespace)
-	changed := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		sb, err := sandboxes.Get(ctx, o.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if sb.Spec.Paused == o.Paused {
-			return nil
-		}
-		sb.Spec.Paused = o.Paused
-		_, err = sandboxes.Update(ctx, sb, metav1.UpdateOptions{FieldValidation: metav1.FieldValidationStrict})
-		changed = err == nil
-		return err
-	})
+	changed, err := o.Sandboxes.SetPaused(ctx, o.Name, o.Paused)
 	if err != nil {
 		return err
 	}
@@ -174,44 +156,15 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	defer cancel()
 	start := time.Now()
-	last, err := sandboxclient.WaitForSandbox(waitCtx, o.Client, o.Namespace, o.Name, func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
-		return Reached(sb, want)
+	last, err := o.Sandboxes.Wait(waitCtx, o.Name, func(sb *sandboxv1alpha1.Sandbox) (bool, error) {
+		return sandboxclient.Reached(sb, want)
 	})
 	if err != nil {
 		if waitCtx.Err() != nil && last != nil {
-			return fmt.Errorf("timed out after %s waiting for sandbox %q to be %s: it is %s%s", o.Timeout, o.Name, want, sandboxclient.Phase(last), why(last))
+			return fmt.Errorf("timed out after %s waiting for sandbox %q to be %s: it is %s%s", o.Timeout, o.Name, want, sandboxclient.Phase(last), sandboxclient.Why(last))
 		}
 		return err
 	}
 	_, _ = fmt.Fprintf(o.Out, "sandbox/%s %s in %s\n", o.Name, want, time.Since(start).Round(10*time.Millisecond))
 	return nil
-}
-
-// Reached tells whether sb is in phase want, or can no longer get there: deleted, failed or
-// expired.
-func Reached(sb *sandboxv1alpha1.Sandbox, want sandboxv1alpha1.SandboxPhase) (bool, error) {
-	if sb == nil {
-		return false, fmt.Errorf("the sandbox was deleted")
-	}
-	switch phase := sandboxclient.Phase(sb); phase {
-	case want:
-		return true, nil
-	case sandboxv1alpha1.PhaseFailed, sandboxv1alpha1.PhaseExpired, sandboxv1alpha1.PhaseTerminating:
-		return false, fmt.Errorf("sandbox %q is %s%s", sb.Name, phase, why(sb))
-	}
-	if c := meta.FindStatusCondition(sb.Status.Conditions, sandboxv1alpha1.ConditionPaused); c != nil &&
-		c.Reason == sandboxv1alpha1.ReasonPauseNotSupported && c.ObservedGeneration == sb.Generation {
-		return false, fmt.Errorf("sandbox %q cannot pause: %s", sb.Name, c.Message)
-	}
-	return false, nil
-}
-
-// why is the reason of the Paused condition, else of Ready, for a message.
-func why(sb *sandboxv1alpha1.Sandbox) string {
-	for _, t := range []string{sandboxv1alpha1.ConditionPaused, sandboxv1alpha1.ConditionReady} {
-		if c := meta.FindStatusCondition(sb.Status.Conditions, t); c != nil && c.Status != metav1.ConditionTrue {
-			return fmt.Sprintf(" (%s %s: %s)", t, c.Reason, c.Message)
-		}
-	}
-	return ""
 }

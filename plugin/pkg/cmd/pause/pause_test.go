@@ -10,7 +10,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdtesting "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/testing"
+	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
 func sandbox(paused bool, phase sandboxv1alpha1.SandboxPhase) *sandboxv1alpha1.Sandbox {
@@ -70,7 +72,11 @@ func TestPauseAndResume(t *testing.T) {
 
 func run(paused bool) func(f *cmdtesting.TestFactory, s genericiooptions.IOStreams) (*Options, error) {
 	return func(f *cmdtesting.TestFactory, s genericiooptions.IOStreams) (*Options, error) {
-		o := &Options{Name: "demo", Paused: paused, Namespace: cmdtesting.Namespace, Client: f.Clientset, IOStreams: s}
+		sandboxes, err := cmdutil.Client(f)
+		if err != nil {
+			return nil, err
+		}
+		o := &Options{Name: "demo", Paused: paused, Namespace: cmdtesting.Namespace, Sandboxes: sandboxes, IOStreams: s}
 		return o, o.Run(context.Background())
 	}
 }
@@ -96,7 +102,7 @@ func TestReached(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			done, err := Reached(tc.sb, tc.want)
+			done, err := sandboxclient.Reached(tc.sb, tc.want)
 			if done != tc.wantDone || (err == nil) != (tc.wantErr == "") || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("Reached() = %v, %v; want %v, error containing %q", done, err, tc.wantDone, tc.wantErr)
 			}
@@ -123,7 +129,11 @@ func TestPauseWait(t *testing.T) {
 			}
 		}
 	}()
-	o := &Options{Name: "demo", Paused: true, Wait: true, Timeout: 10 * time.Second, Namespace: cmdtesting.Namespace, Client: f.Clientset, IOStreams: streams}
+	sandboxes, err := cmdutil.Client(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &Options{Name: "demo", Paused: true, Wait: true, Timeout: 10 * time.Second, Namespace: cmdtesting.Namespace, Sandboxes: sandboxes, IOStreams: streams}
 	if err := o.Run(context.Background()); err != nil {
 		t.Fatalf("Run: %v", err)
 	}

@@ -17,9 +17,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/rest"
 
 	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -155,21 +155,8 @@ func (o *PortForwardOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, arg
 		return fmt.Errorf("create sandbox REST client: %w", err)
 	}
 	o.Base = typed.RESTClient().Get().Namespace(ns).Resource("sandboxes").Name(o.Name).SubResource("proxy").URL()
-	o.Transport, err = NewTransport(config)
+	o.Transport, err = sandboxclient.NewTransport(config)
 	return err
-}
-
-// NewTransport returns a transport to config's server with its credentials, limited to
-// HTTP/1.1: an upgrade (WebSocket) cannot pass over HTTP/2, and the API server proxies it only
-// over HTTP/1.1.
-func NewTransport(config *rest.Config) (http.RoundTripper, error) {
-	config = rest.CopyConfig(config)
-	config.NextProtos = []string{"http/1.1"}
-	rt, err := rest.TransportFor(config)
-	if err != nil {
-		return nil, fmt.Errorf("create transport: %w", err)
-	}
-	return rt, nil
 }
 
 // Validate checks the options.

@@ -9,13 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/rest"
 
-	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
-	typedsandbox "github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/typed/sandbox/v1alpha1"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -47,13 +44,11 @@ type RenewOptions struct {
 
 	// forSet is whether --for was given: --for=0s is an error, not the absence of --for.
 	forSet bool
-	// renewal is the request body, built by Validate.
-	renewal *sandboxv1alpha1.SandboxRenewal
+	// renewal is what to ask for, built by Validate.
+	renewal sandboxclient.RenewOptions
 
 	Namespace string
-	// RESTClient posts to the renew subresource, which the generated clientset has no method
-	// for.
-	RESTClient rest.Interface
+	Sandboxes *sandboxclient.Client
 	// Now is the clock the time left until the new expiry is measured with.
 	Now func() time.Time
 
@@ -93,7 +88,7 @@ func newCmdRenew(f cmdutil.Factory, o *RenewOptions) *cobra.Command {
 	return cmd
 }
 
-// Complete takes the name from the command line and the namespace and REST client from the
+// Complete takes the name from the command line and the namespace and client from the
 // factory.
 func (o *RenewOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []string) error {
 	switch len(args) {
@@ -110,22 +105,11 @@ func (o *RenewOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []st
 	if o.Namespace, _, err = f.Namespace(); err != nil {
 		return err
 	}
-	config, err := f.ToRESTConfig()
-	if err != nil {
-		return err
-	}
-	// A REST client of the group from the same configuration, as exec uses for its
-	// subresource: the same one the clientset's SandboxV1alpha1().RESTClient() returns, with
-	// the group's scheme to encode the request and decode the reply.
-	typed, err := typedsandbox.NewForConfig(config)
-	if err != nil {
-		return fmt.Errorf("create sandbox REST client: %w", err)
-	}
-	o.RESTClient = typed.RESTClient()
-	return nil
+	o.Sandboxes, err = cmdutil.Client(f)
+	return err
 }
 
-// Validate checks that exactly one of --for and --until is given and builds the request from it.
+// Validate checks that exactly one of --for and --until is given and builds the renewal from it.
 func (o *RenewOptions) Validate(cmd *cobra.Command) error {
 	renewal, err := o.request()
 	if err != nil {
@@ -135,47 +119,31 @@ func (o *RenewOptions) Validate(cmd *cobra.Command) error {
 	return nil
 }
 
-// request is the body of the renew request: extendSeconds for --for, expiresAt for --until.
-// A time in the past is left to the server to refuse, as it judges by its own clock.
-func (o *RenewOptions) request() (*sandboxv1alpha1.SandboxRenewal, error) {
-	renewal := &sandboxv1alpha1.SandboxRenewal{
-		// Set explicitly, although the client's encoder would fill them in from the scheme:
-		// the server decodes the body by them.
-		TypeMeta:   metav1.TypeMeta{APIVersion: sandboxv1alpha1.SchemeGroupVersion.String(), Kind: "SandboxRenewal"},
-		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
-	}
+// request is the renewal to ask for: an extension from now for --for, an expiry for --until. A
+// time in the past is left to the server to refuse, as it judges by its own clock.
+func (o *RenewOptions) request() (sandboxclient.RenewOptions, error) {
 	switch {
 	case o.forSet && o.Until != "":
-		return nil, errors.New("--for and --until cannot be used together")
+		return sandboxclient.RenewOptions{}, errors.New("--for and --until cannot be used together")
 	case o.forSet:
-		seconds, err := cmdutil.WholeSeconds("for", o.For, minExtend)
-		if err != nil {
-			return nil, err
+		if _, err := cmdutil.WholeSeconds("for", o.For, minExtend); err != nil {
+			return sandboxclient.RenewOptions{}, err
 		}
-		renewal.ExtendSeconds = &seconds
+		return sandboxclient.RenewOptions{Extend: o.For}, nil
 	case o.Until != "":
 		t, err := time.Parse(time.RFC3339, o.Until)
 		if err != nil {
-			return nil, fmt.Errorf("invalid --until %q: must be a time in RFC 3339, like 2026-12-01T10:00:00Z", o.Until)
+			return sandboxclient.RenewOptions{}, fmt.Errorf("invalid --until %q: must be a time in RFC 3339, like 2026-12-01T10:00:00Z", o.Until)
 		}
-		renewal.ExpiresAt = &metav1.Time{Time: t}
+		return sandboxclient.RenewOptions{Until: t}, nil
 	default:
-		return nil, errors.New("one of --for and --until is required")
+		return sandboxclient.RenewOptions{}, errors.New("one of --for and --until is required")
 	}
-	return renewal, nil
 }
 
 // Run posts the renewal and reports the new expiry.
 func (o *RenewOptions) Run(ctx context.Context) error {
-	sb := &sandboxv1alpha1.Sandbox{}
-	err := o.RESTClient.Post().
-		Namespace(o.Namespace).
-		Resource("sandboxes").
-		Name(o.Name).
-		SubResource("renew").
-		Body(o.renewal).
-		Do(ctx).
-		Into(sb)
+	sb, err := o.Sandboxes.Renew(ctx, o.Name, o.renewal)
 	if err != nil {
 		return err
 	}

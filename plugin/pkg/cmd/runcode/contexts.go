@@ -14,6 +14,7 @@ import (
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 )
 
@@ -50,8 +51,8 @@ type ContextsOptions struct {
 	Output     string
 	NoHeaders  bool
 
-	Namespace  string
-	RESTClient rest.Interface
+	Namespace string
+	Sandboxes *sandboxclient.Client
 
 	genericiooptions.IOStreams
 }
@@ -109,17 +110,14 @@ func (o *ContextsOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args [
 	if o.Namespace, _, err = f.Namespace(); err != nil {
 		return err
 	}
-	c, err := f.SandboxClient()
-	if err != nil {
-		return err
-	}
-	o.RESTClient = c.SandboxV1alpha1().RESTClient()
-	return nil
+	o.Sandboxes, err = cmdutil.Client(f)
+	return err
 }
 
-func (o *ContextsOptions) base(verb string, subpath ...string) *rest.Request {
-	req := o.RESTClient.Verb(verb).Namespace(o.Namespace).Resource("sandboxes").Name(o.Name).
-		SubResource(append([]string{"contexts"}, subpath...)...)
+// listRequest is the list of the contexts, for the server's table.
+func (o *ContextsOptions) listRequest() *rest.Request {
+	req := o.Sandboxes.Clientset().SandboxV1alpha1().RESTClient().Get().
+		Namespace(o.Namespace).Resource("sandboxes").Name(o.Name).SubResource("contexts")
 	if o.Replica != nil {
 		req = req.VersionedParams(&sandboxv1alpha1.SandboxCodeContextOptions{Replica: o.Replica}, scheme.ParameterCodec)
 	}
@@ -128,7 +126,8 @@ func (o *ContextsOptions) base(verb string, subpath ...string) *rest.Request {
 
 // Run lists, makes or deletes.
 func (o *ContextsOptions) Run(ctx context.Context) error {
-	var req *rest.Request
+	var out *sandboxv1alpha1.SandboxCodeContext
+	var err error
 	what := ""
 	switch {
 	case o.Create != "":
@@ -138,36 +137,40 @@ func (o *ContextsOptions) Run(ctx context.Context) error {
 			cc.Spec.Replica = *o.Replica
 		}
 		// A make takes spec.replica, not the query's.
-		req = o.RESTClient.Post().Namespace(o.Namespace).Resource("sandboxes").Name(o.Name).SubResource("contexts").Body(cc)
+		out, err = o.Sandboxes.CreateContext(ctx, o.Name, cc)
 		what = "made"
 	case o.Delete != "":
-		req, what = o.base("DELETE", o.Delete), "deleted"
+		replica := int32(0)
+		if o.Replica != nil {
+			replica = *o.Replica
+		}
+		out, err = o.Sandboxes.DeleteContext(ctx, o.Name, replica, o.Delete)
+		what = "deleted"
 	default:
 		return o.list(ctx)
 	}
-	out := &sandboxv1alpha1.SandboxCodeContext{}
-	if err := req.Do(ctx).Into(out); err != nil {
+	if err != nil {
 		return err
 	}
 	if o.Output == "json" || o.Output == "yaml" {
 		out.SetGroupVersionKind(sandboxv1alpha1.SchemeGroupVersion.WithKind("SandboxCodeContext"))
 		return printObject(out, o.Output, o)
 	}
-	_, err := fmt.Fprintf(o.Out, "code context %s of sandbox %q %s (replica %d, %s)\n", out.Name, o.Name, what, out.Spec.Replica, out.Status.Phase)
+	_, err = fmt.Fprintf(o.Out, "code context %s of sandbox %q %s (replica %d, %s)\n", out.Name, o.Name, what, out.Spec.Replica, out.Status.Phase)
 	return err
 }
 
 func (o *ContextsOptions) list(ctx context.Context) error {
 	if o.Output == "" || o.Output == "wide" {
-		table, err := cmdutil.ServerTable(ctx, o.base("GET"), "contexts", metav1.IncludeNone)
+		table, err := cmdutil.ServerTable(ctx, o.listRequest(), "contexts", metav1.IncludeNone)
 		if err != nil {
 			return err
 		}
 		printer := printers.NewTablePrinter(printers.PrintOptions{NoHeaders: o.NoHeaders, Wide: o.Output == "wide"})
 		return printer.PrintObj(table, o.Out)
 	}
-	list := &sandboxv1alpha1.SandboxCodeContextList{}
-	if err := o.base("GET").Do(ctx).Into(list); err != nil {
+	list, err := o.Sandboxes.ListContexts(ctx, o.Name, o.Replica)
+	if err != nil {
 		return err
 	}
 	list.SetGroupVersionKind(sandboxv1alpha1.SchemeGroupVersion.WithKind("SandboxCodeContextList"))

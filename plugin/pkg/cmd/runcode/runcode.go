@@ -18,12 +18,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/rest"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
-	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/generated/clientset/versioned/scheme"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
 var (
@@ -72,8 +70,8 @@ type RunCodeOptions struct {
 	Output    string
 	OutputDir string
 
-	Namespace  string
-	RESTClient rest.Interface
+	Namespace string
+	Sandboxes *sandboxclient.Client
 
 	genericiooptions.IOStreams
 }
@@ -155,12 +153,8 @@ func (o *RunCodeOptions) Complete(f cmdutil.Factory, cmd *cobra.Command, args []
 	if o.Namespace, _, err = f.Namespace(); err != nil {
 		return err
 	}
-	c, err := f.SandboxClient()
-	if err != nil {
-		return err
-	}
-	o.RESTClient = c.SandboxV1alpha1().RESTClient()
-	return nil
+	o.Sandboxes, err = cmdutil.Client(f)
+	return err
 }
 
 // errRunFailed is a run that raised: its traceback was printed; the exit code says it.
@@ -173,17 +167,12 @@ func (e errRunFailed) ExitStatus() int { return 1 }
 
 // Run runs the code (POST sandboxes/NAME/contexts/C/run) and prints the events as they come.
 func (o *RunCodeOptions) Run(ctx context.Context) error {
-	req := o.RESTClient.Post().
-		Namespace(o.Namespace).
-		Resource("sandboxes").
-		Name(o.Name).
-		SubResource("contexts", o.Context, "run").
-		Body(&sandboxv1alpha1.SandboxCodeRun{Code: o.Code, TimeoutSeconds: int64(o.Timeout / time.Second)})
-	if o.Replica != 0 {
-		replica := o.Replica
-		req = req.VersionedParams(&sandboxv1alpha1.SandboxCodeContextOptions{Replica: &replica}, scheme.ParameterCodec)
-	}
-	body, err := req.Stream(ctx)
+	body, err := o.Sandboxes.RunCodeStream(ctx, o.Name, sandboxclient.RunCodeOptions{
+		Code:    o.Code,
+		Context: o.Context,
+		Replica: o.Replica,
+		Timeout: o.Timeout,
+	})
 	if err != nil {
 		return err
 	}
@@ -191,22 +180,22 @@ func (o *RunCodeOptions) Run(ctx context.Context) error {
 	return o.print(ctx, body)
 }
 
+// errEnded stops the reading of a run's events at its end event.
+var errEnded = errors.New("the run ended")
+
 // print prints the events of body; the error says how the run ended, when not well.
 func (o *RunCodeOptions) print(ctx context.Context, body io.Reader) error {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 0, 64<<10), execdapi.MaxRunEventBytes+1)
-	var result *sandboxv1alpha1.SandboxCodeRunEvent
+	var result, end *sandboxv1alpha1.SandboxCodeRunEvent
 	images := 0
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(strings.TrimSpace(string(line))) == 0 {
-			continue
-		}
-		ev := &sandboxv1alpha1.SandboxCodeRunEvent{}
-		if err := json.Unmarshal(line, ev); err != nil {
-			return fmt.Errorf("the server sent what is not a run event: %w", err)
-		}
+	r := &readErrorReader{r: body}
+	err := sandboxclient.ReadCodeRunEvents(r, func(ev *sandboxv1alpha1.SandboxCodeRunEvent) error {
 		if o.Output == "json" {
+			// The event as the server sent it, which encodes each with encoding/json too (a
+			// field this plugin does not know is dropped).
+			line, err := json.Marshal(ev)
+			if err != nil {
+				return err
+			}
 			if _, err := fmt.Fprintf(o.Out, "%s\n", line); err != nil {
 				return err
 			}
@@ -242,19 +231,44 @@ func (o *RunCodeOptions) print(ctx context.Context, body io.Reader) error {
 			if o.Output == "" && result != nil && result.Text != "" {
 				_, _ = fmt.Fprintln(o.Out, result.Text)
 			}
-			return endError(ev)
+			end = ev
+			return errEnded
 		}
-	}
-	if err := sc.Err(); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("run interrupted: %w", ctx.Err())
-		}
-		return fmt.Errorf("reading the run's output: %w", err)
-	}
-	if ctx.Err() != nil {
+		return nil
+	})
+	switch {
+	case end != nil:
+		return endError(end)
+	case err != nil && !r.failed(err):
+		// An event could not be printed, or the server sent what is not one.
+		return err
+	case ctx.Err() != nil:
 		return fmt.Errorf("run interrupted: %w", ctx.Err())
+	case err != nil:
+		return fmt.Errorf("reading the run's output: %w", errors.Unwrap(err))
 	}
 	return errors.New("the run's output ended before its end: the connection to the sandbox was lost")
+}
+
+// readErrorReader remembers the error reading r failed with, to tell a lost connection from
+// an event that could not be read.
+type readErrorReader struct {
+	r   io.Reader
+	err error
+}
+
+func (r *readErrorReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF && r.err == nil {
+		r.err = err
+	}
+	return n, err
+}
+
+// failed reports whether err, of ReadCodeRunEvents, is a failure to read: of the connection,
+// or an event larger than the server sends.
+func (r *readErrorReader) failed(err error) bool {
+	return errors.Is(err, bufio.ErrTooLong) || r.err != nil && errors.Is(err, r.err)
 }
 
 // endError is what a run's end event means for the exit code.
