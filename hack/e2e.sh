@@ -87,4 +87,4 @@ stage=up
 stage=test
 log "go test ./test/e2e"
 KUBECONFIG=$ADMIN_KUBECONFIG KUBE_SANDBOX_BIN=$BIN SANDBOX_IMAGE_PYTHON=$SANDBOX_IMAGE_PYTHON \
-	go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/... 2>&1 | tee "$OUT/e2e.log"
+	go test -tags e2e -count=1 -timeout 40m -v ./test/e2e/... 2>&1 | tee "$OUT/e2e.log"
