@@ -346,7 +346,7 @@ func TestMCP(t *testing.T) {
 				Rules    []string
 				Enforced bool
 			}
-			if res := mcpCall(t, cs, "allow_egress", map[string]any{"name": sb.Name, "targets": []string{"pypi.org:443"}}, &network); res.IsError {
+			if res := mcpCall(t, cs, "allow_egress", map[string]any{"name": sb.Name, "targets": []string{"example.com:443"}}, &network); res.IsError {
 				t.Fatalf("allow_egress: %s", mcpText(res))
 			}
 			if !network.Own || !network.Enforced || len(network.Rules) != 1 {

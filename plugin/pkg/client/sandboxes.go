@@ -51,7 +51,7 @@ type CreateOptions struct {
 	// Entrypoint runs in the container instead of an idle wait.
 	Entrypoint []string
 
-	// Allow lists egress targets (see netpolicy.TargetSyntax: "pypi.org:443",
+	// Allow lists egress targets (see netpolicy.TargetSyntax: "example.com:443",
 	// "10.0.0.0/8"); with them everything else is denied. NetworkPolicy gives a whole policy
 	// instead; DenyAll denies all egress.
 	Allow         []string

@@ -68,7 +68,7 @@ func (t *tools) add(s *mcp.Server) {
 		Description: "Show a sandbox's outbound network policy: its default action, its rules in order, and whether its node enforces it."},
 		t.showNetwork)
 	mcp.AddTool(s, &mcp.Tool{Name: "allow_egress", Annotations: &mcp.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(false)},
-		Description: "Allow a sandbox to reach more destinations, and wait until its node enforces it. Targets: a DNS name (pypi.org), a wildcard for subdomains (*.pythonhosted.org), an IP or CIDR; :PORT or :LOW-HIGH limits the ports (TCP unless /UDP follows), as in pypi.org:443."},
+		Description: "Allow a sandbox to reach more destinations, and wait until its node enforces it. Targets: a DNS name (example.com), a wildcard for subdomains (*.example.org), an IP or CIDR; :PORT or :LOW-HIGH limits the ports (TCP unless /UDP follows), as in example.com:443."},
 		t.allowEgress)
 }
 
@@ -606,7 +606,7 @@ func (t *tools) showNetwork(ctx context.Context, _ *mcp.CallToolRequest, in Name
 // AllowInput adds egress targets.
 type AllowInput struct {
 	Name    string   `json:"name" jsonschema:"the sandbox's name"`
-	Targets []string `json:"targets" jsonschema:"destinations to allow: pypi.org, *.pythonhosted.org:443, 10.0.0.0/8, [2001:db8::1]:443"`
+	Targets []string `json:"targets" jsonschema:"destinations to allow: example.com, *.example.org:443, 10.0.0.0/8, [2001:db8::1]:443"`
 }
 
 func (t *tools) allowEgress(ctx context.Context, _ *mcp.CallToolRequest, in AllowInput) (*mcp.CallToolResult, NetworkOutput, error) {
