@@ -35,7 +35,8 @@ func Resource(resource string) schema.GroupResource {
 func knownTypes() []runtime.Object {
 	return []runtime.Object{&Sandbox{}, &SandboxList{}, &SandboxExecOptions{}, &SandboxRenewal{}, &SandboxFilesOptions{}, &SandboxProxyOptions{}, &SandboxLogOptions{},
 		&SandboxFile{}, &SandboxFileList{}, &SandboxProcess{}, &SandboxProcessList{}, &SandboxProcessSignal{}, &SandboxProcessOptions{},
-		&SandboxAttachOptions{}, &SandboxCodeContext{}, &SandboxCodeContextList{}, &SandboxCodeContextOptions{}, &SandboxCodeRun{}}
+		&SandboxAttachOptions{}, &SandboxCodeContext{}, &SandboxCodeContextList{}, &SandboxCodeContextOptions{}, &SandboxCodeRun{},
+		&SandboxStats{}, &SandboxStatsList{}}
 }
 
 func addKnownTypes(scheme *runtime.Scheme) error {

@@ -37,6 +37,11 @@ func (in SandboxAutoRenew) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxCPUStats) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxCPUStats"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxCodeContext) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxCodeContext"
 }
@@ -74,6 +79,11 @@ func (in SandboxCodeRun) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxCodeRunEvent) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxCodeRunEvent"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxDiskStats) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxDiskStats"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
@@ -117,8 +127,18 @@ func (in SandboxLogOptions) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxMemoryStats) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxMemoryStats"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxNetworkPolicy) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxNetworkPolicy"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxNetworkStats) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxNetworkStats"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
@@ -177,6 +197,11 @@ func (in SandboxRenewal) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxReplicaStats) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxReplicaStats"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxSnapshotStatus) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxSnapshotStatus"
 }
@@ -184,6 +209,16 @@ func (in SandboxSnapshotStatus) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SandboxSpec) OpenAPIModelName() string {
 	return "io.kube-sandbox.sandbox.v1alpha1.SandboxSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxStats) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxStats"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SandboxStatsList) OpenAPIModelName() string {
+	return "io.kube-sandbox.sandbox.v1alpha1.SandboxStatsList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

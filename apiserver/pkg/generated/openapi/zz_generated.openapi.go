@@ -38,6 +38,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.Sandbox{}.OpenAPIModelName():                      schema_apiserver_apis_sandbox_v1alpha1_Sandbox(ref),
 		v1alpha1.SandboxAttachOptions{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxAttachOptions(ref),
 		v1alpha1.SandboxAutoRenew{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxAutoRenew(ref),
+		v1alpha1.SandboxCPUStats{}.OpenAPIModelName():              schema_apiserver_apis_sandbox_v1alpha1_SandboxCPUStats(ref),
 		v1alpha1.SandboxCodeContext{}.OpenAPIModelName():           schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContext(ref),
 		v1alpha1.SandboxCodeContextList{}.OpenAPIModelName():       schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContextList(ref),
 		v1alpha1.SandboxCodeContextOptions{}.OpenAPIModelName():    schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContextOptions(ref),
@@ -46,6 +47,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.SandboxCodeError{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeError(ref),
 		v1alpha1.SandboxCodeRun{}.OpenAPIModelName():               schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeRun(ref),
 		v1alpha1.SandboxCodeRunEvent{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeRunEvent(ref),
+		v1alpha1.SandboxDiskStats{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxDiskStats(ref),
 		v1alpha1.SandboxEgressPort{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxEgressPort(ref),
 		v1alpha1.SandboxEgressRule{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxEgressRule(ref),
 		v1alpha1.SandboxExecOptions{}.OpenAPIModelName():           schema_apiserver_apis_sandbox_v1alpha1_SandboxExecOptions(ref),
@@ -54,7 +56,9 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.SandboxFilesOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxFilesOptions(ref),
 		v1alpha1.SandboxList{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxList(ref),
 		v1alpha1.SandboxLogOptions{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxLogOptions(ref),
+		v1alpha1.SandboxMemoryStats{}.OpenAPIModelName():           schema_apiserver_apis_sandbox_v1alpha1_SandboxMemoryStats(ref),
 		v1alpha1.SandboxNetworkPolicy{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxNetworkPolicy(ref),
+		v1alpha1.SandboxNetworkStats{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxNetworkStats(ref),
 		v1alpha1.SandboxPodStatus{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxPodStatus(ref),
 		v1alpha1.SandboxPoolReference{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxPoolReference(ref),
 		v1alpha1.SandboxProcess{}.OpenAPIModelName():               schema_apiserver_apis_sandbox_v1alpha1_SandboxProcess(ref),
@@ -66,8 +70,11 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.SandboxProcessStatus{}.OpenAPIModelName():         schema_apiserver_apis_sandbox_v1alpha1_SandboxProcessStatus(ref),
 		v1alpha1.SandboxProxyOptions{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxProxyOptions(ref),
 		v1alpha1.SandboxRenewal{}.OpenAPIModelName():               schema_apiserver_apis_sandbox_v1alpha1_SandboxRenewal(ref),
+		v1alpha1.SandboxReplicaStats{}.OpenAPIModelName():          schema_apiserver_apis_sandbox_v1alpha1_SandboxReplicaStats(ref),
 		v1alpha1.SandboxSnapshotStatus{}.OpenAPIModelName():        schema_apiserver_apis_sandbox_v1alpha1_SandboxSnapshotStatus(ref),
 		v1alpha1.SandboxSpec{}.OpenAPIModelName():                  schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref),
+		v1alpha1.SandboxStats{}.OpenAPIModelName():                 schema_apiserver_apis_sandbox_v1alpha1_SandboxStats(ref),
+		v1alpha1.SandboxStatsList{}.OpenAPIModelName():             schema_apiserver_apis_sandbox_v1alpha1_SandboxStatsList(ref),
 		v1alpha1.SandboxStatus{}.OpenAPIModelName():                schema_apiserver_apis_sandbox_v1alpha1_SandboxStatus(ref),
 		v1alpha1.SandboxTaskEnvVar{}.OpenAPIModelName():            schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskEnvVar(ref),
 		v1alpha1.SandboxTaskHook{}.OpenAPIModelName():              schema_apiserver_apis_sandbox_v1alpha1_SandboxTaskHook(ref),
@@ -520,6 +527,36 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxAutoRenew(ref common.Referenc
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxCPUStats(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxCPUStats is the CPU a replica used.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"usageNanoCores": {
+						SchemaProps: spec.SchemaProps{
+							Description: "usageNanoCores is the CPU used over the window, in billionths of a core.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"usageCoreNanoSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "usageCoreNanoSeconds is the CPU time used since the pod started.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"usageNanoCores", "usageCoreNanoSeconds"},
+			},
+		},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeContext(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -947,6 +984,36 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxCodeRunEvent(ref common.Refer
 		},
 		Dependencies: []string{
 			v1alpha1.SandboxCodeError{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxDiskStats(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxDiskStats is the disk a replica uses.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"writableLayerBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "writableLayerBytes is what the sandbox wrote to its root filesystem.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"emptyDirBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "emptyDirBytes is what its disk-backed emptyDir volumes hold.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"writableLayerBytes", "emptyDirBytes"},
+			},
+		},
 	}
 }
 
@@ -1437,6 +1504,66 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxLogOptions(ref common.Referen
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxMemoryStats(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxMemoryStats is the memory of a replica.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"workingSetBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "workingSetBytes is what the kubelet evicts and the kernel OOM-kills by (usage less inactive file pages).",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"rssBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "rssBytes is anonymous and shared memory.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"usageBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "usageBytes is everything charged to the pod, page cache included.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"limitBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "limitBytes is the pod's limit; absent when it has none.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"peakBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "peakBytes is the most the pod has used since it started.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"oomKills": {
+						SchemaProps: spec.SchemaProps{
+							Description: "oomKills counts the processes the kernel's OOM killer ended in the pod.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"workingSetBytes", "rssBytes", "usageBytes", "oomKills"},
+			},
+		},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxNetworkPolicy(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1474,6 +1601,63 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxNetworkPolicy(ref common.Refe
 		},
 		Dependencies: []string{
 			v1alpha1.SandboxEgressRule{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxNetworkStats(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxNetworkStats is a replica's traffic, as the sandbox sees it (rx in, tx out), on its pod's interface, and the egress filter's verdicts on its new outbound connections.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"rxBytes": {
+						SchemaProps: spec.SchemaProps{
+							Default: 0,
+							Type:    []string{"integer"},
+							Format:  "int64",
+						},
+					},
+					"txBytes": {
+						SchemaProps: spec.SchemaProps{
+							Default: 0,
+							Type:    []string{"integer"},
+							Format:  "int64",
+						},
+					},
+					"rxPackets": {
+						SchemaProps: spec.SchemaProps{
+							Default: 0,
+							Type:    []string{"integer"},
+							Format:  "int64",
+						},
+					},
+					"txPackets": {
+						SchemaProps: spec.SchemaProps{
+							Default: 0,
+							Type:    []string{"integer"},
+							Format:  "int64",
+						},
+					},
+					"connectionsAllowed": {
+						SchemaProps: spec.SchemaProps{
+							Description: "connectionsAllowed and connectionsDenied are the new outbound connections (and other flows) the egress policy let through and refused.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"connectionsDenied": {
+						SchemaProps: spec.SchemaProps{
+							Default: 0,
+							Type:    []string{"integer"},
+							Format:  "int64",
+						},
+					},
+				},
+				Required: []string{"rxBytes", "txBytes", "rxPackets", "txPackets", "connectionsAllowed", "connectionsDenied"},
+			},
+		},
 	}
 }
 
@@ -2038,6 +2222,96 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxRenewal(ref common.ReferenceC
 	}
 }
 
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxReplicaStats(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxReplicaStats is the usage of one replica's pod. When the figures cannot be had, reason and message say why and the figures are absent; this is never an error for the whole sandbox.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"replica": {
+						SchemaProps: spec.SchemaProps{
+							Description: "replica is the replica's index.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"pod": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pod and node are where the replica runs.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"node": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"string"},
+							Format: "",
+						},
+					},
+					"timestamp": {
+						SchemaProps: spec.SchemaProps{
+							Description: "timestamp is when the figures were read.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"window": {
+						SchemaProps: spec.SchemaProps{
+							Description: "window is the span the CPU rate is over; 0 when the pod was read once so far.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "reason is set when figures are missing: NoPod, NodeUnavailable, NotSampled, or Partial (some figures are there).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "message says why, for a person.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"cpu": {
+						SchemaProps: spec.SchemaProps{
+							Ref: ref(v1alpha1.SandboxCPUStats{}.OpenAPIModelName()),
+						},
+					},
+					"memory": {
+						SchemaProps: spec.SchemaProps{
+							Ref: ref(v1alpha1.SandboxMemoryStats{}.OpenAPIModelName()),
+						},
+					},
+					"disk": {
+						SchemaProps: spec.SchemaProps{
+							Ref: ref(v1alpha1.SandboxDiskStats{}.OpenAPIModelName()),
+						},
+					},
+					"network": {
+						SchemaProps: spec.SchemaProps{
+							Ref: ref(v1alpha1.SandboxNetworkStats{}.OpenAPIModelName()),
+						},
+					},
+					"processes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "processes is the number of tasks in the pod's cgroup (pids.current). Under gVisor these are the sentry's and gofer's threads on the node, not the processes in the sandbox.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"replica"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxCPUStats{}.OpenAPIModelName(), v1alpha1.SandboxDiskStats{}.OpenAPIModelName(), v1alpha1.SandboxMemoryStats{}.OpenAPIModelName(), v1alpha1.SandboxNetworkStats{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_apiserver_apis_sandbox_v1alpha1_SandboxSnapshotStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -2246,6 +2520,111 @@ func schema_apiserver_apis_sandbox_v1alpha1_SandboxSpec(ref common.ReferenceCall
 		},
 		Dependencies: []string{
 			v1alpha1.SandboxAutoRenew{}.OpenAPIModelName(), v1alpha1.SandboxNetworkPolicy{}.OpenAPIModelName(), v1alpha1.SandboxPoolReference{}.OpenAPIModelName(), v1alpha1.SandboxTaskTemplate{}.OpenAPIModelName(), v1.EnvVar{}.OpenAPIModelName(), v1.PodTemplateSpec{}.OpenAPIModelName(), runtime.RawExtension{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxStats(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxStats is what the replicas of a sandbox use, read on their nodes by the node agent (sandbox-node) from each pod's cgroup (under gVisor, the sentry and gofer too), containerd and the egress filter, never from inside the sandbox, whose code could forge it. GET the stats subresource of a sandbox (authorized as get sandboxes/stats) for one, or list sandboxstats (get, list sandboxstats) for those of a namespace or of all. As metrics.k8s.io's PodMetrics, each replica's figures come with the time they were read and the window the CPU rate is over; they are at most about 10 s old.\n\nmetadata.name and namespace are the sandbox's; metadata.creationTimestamp is when the answer was made.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"replicas": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"replica",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "replicas are the figures of each replica, by index.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxReplicaStats{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"replicas"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxReplicaStats{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_sandbox_v1alpha1_SandboxStatsList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SandboxStatsList is the SandboxStats of many sandboxes.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SandboxStats{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SandboxStats{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 
