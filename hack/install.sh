@@ -3,7 +3,8 @@
 # installs it on any cluster: kubectl apply -k of artifacts/local (the base plus local images and
 # host networking), through an overlay generated in $RUN/install-overlay that puts this node's
 # containerd socket directory (the dirname of $CONTAINERD_SOCK, below the repository; the
-# manifests say /run/containerd) into sandbox-node's hostPath volume. Before it, the
+# manifests say /run/containerd) and the kubelet's pods directory ($RUN/kubelet/pods; the
+# manifests say /var/lib/kubelet/pods) into sandbox-node's hostPath volumes. Before it, the
 # Secret kube-sandbox-registry in kube-sandbox-system tells the components where snapshots go:
 # keys registry (host:port, $REGISTRY), repository (prefix, $REGISTRY_REPOSITORY), ca.crt,
 # username and password (the cluster registry's, from $PKI; never printed). A new kube-sandbox
@@ -41,7 +42,8 @@ log "Secret $NS/$SECRET: registry $REGISTRY, repository $REGISTRY_REPOSITORY, us
 
 # The overlay applied: artifacts/local (by a relative path: kustomize takes no absolute one),
 # with the directory of our containerd's socket in sandbox-node's first volume (named
-# containerd, which the patch checks first).
+# containerd, which the patch checks first), and our kubelet's pods directory (its --root-dir
+# is $RUN/kubelet) in its second (kubelet-pods), where the agent measures emptyDirs.
 OVERLAY=$RUN/install-overlay
 mkdir -p "$OVERLAY"
 cat >"$OVERLAY/kustomization.yaml" <<YAML
@@ -59,6 +61,12 @@ patches:
     - op: replace
       path: /spec/template/spec/volumes/0/hostPath/path
       value: $(dirname "$CONTAINERD_SOCK")
+    - op: test
+      path: /spec/template/spec/volumes/1/name
+      value: kubelet-pods
+    - op: replace
+      path: /spec/template/spec/volumes/1/hostPath/path
+      value: $RUN/kubelet/pods
 YAML
 log "kubectl apply --server-side -k artifacts/local (containerd socket directory $(dirname "$CONTAINERD_SOCK"))"
 kubectl apply --server-side --force-conflicts -k "$OVERLAY" >"$RUN/logs/install.log"

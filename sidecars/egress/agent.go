@@ -100,6 +100,8 @@ func (p *podNetwork) Link(ctx context.Context, uid string) (*podnet.Link, string
 
 func (p *podNetwork) Verify(l *podnet.Link) error { return l.Verify() }
 
+func (p *podNetwork) Statistics(l *podnet.Link) (podnet.Statistics, error) { return l.Statistics() }
+
 func (p *podNetwork) Probe(path string, l *podnet.Link, pr podnet.Probe) error {
 	h, err := netns.GetFromPath(path)
 	if err != nil {

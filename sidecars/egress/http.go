@@ -164,11 +164,15 @@ func (n *Node) WatchPods(ctx context.Context, client kubernetes.Interface, nodeN
 			return client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}
-	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, resyncPeriod, cache.Indexers{})
-	// Of a pod the enforcer reads its name, UID and addresses.
+	// As client-go's generated informers do: a client that cannot stream the first list (a
+	// fake clientset) gets a list and a watch.
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, resyncPeriod, cache.Indexers{})
+	// Of a pod the enforcer reads its name, UID and addresses; the handlers of AddPodHandler
+	// read its labels too (which sandbox it serves, if any).
 	_ = inf.SetTransform(func(obj any) (any, error) {
 		if p, ok := obj.(*corev1.Pod); ok {
-			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion},
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
+				ResourceVersion: p.ResourceVersion, Labels: p.Labels},
 				Status: corev1.PodStatus{PodIPs: p.Status.PodIPs, Phase: p.Status.Phase}}, nil
 		}
 		return obj, nil
@@ -192,6 +196,9 @@ func (n *Node) WatchPods(ctx context.Context, client kubernetes.Interface, nodeN
 	}); err != nil {
 		return err
 	}
+	n.mu.Lock()
+	n.informer = inf
+	n.mu.Unlock()
 	go inf.RunWithContext(ctx)
 	syncCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -207,4 +214,19 @@ func (n *Node) WatchPods(ctx context.Context, client kubernetes.Interface, nodeN
 	n.Resync(known)
 	klog.InfoS("Watching the sandbox pods of the node", "node", nodeName, "pods", len(known))
 	return nil
+}
+
+// AddPodHandler lets h hear of the sandbox pods of the node that WatchPods watches (the pods
+// it holds already first, as adds), so that another part of the agent needs no watch of its
+// own. The pods are as the enforcer keeps them: name, namespace, UID, labels, addresses and
+// phase, nothing else; h must not change them.
+func (n *Node) AddPodHandler(h cache.ResourceEventHandler) error {
+	n.mu.RLock()
+	inf := n.informer
+	n.mu.RUnlock()
+	if inf == nil {
+		return errors.New("the node's pods are not watched yet (WatchPods)")
+	}
+	_, err := inf.AddEventHandler(h)
+	return err
 }

@@ -16,9 +16,10 @@ const deniedLogEvery = time.Minute
 // maxLoggedNames bounds the memory of which names were logged when.
 const maxLoggedNames = 1024
 
-// metrics of the enforcer. The per-sandbox series are made at each scrape from the pods the
-// enforcer holds (a collector, not vectors), so that a sandbox's series go when its pod goes:
-// N sandboxes make N sets of series, whatever has come and gone.
+// metrics of the enforcer, the node's alone. The per-sandbox series of the egress
+// (sandbox_egress_connections_total, sandbox_egress_dns_queries_total) are the agent's usage
+// collector's (package usage), from Node.Counters: with the labels of every per-sandbox
+// series, and only for the pods that serve a sandbox.
 type metrics struct {
 	registry *prometheus.Registry
 	updates  *prometheus.CounterVec
@@ -33,16 +34,7 @@ type dnsCounts struct {
 	allowed, denied, failed atomic.Uint64
 }
 
-var (
-	queriesDesc = prometheus.NewDesc("sandbox_egress_dns_queries_total",
-		"DNS queries of the sandbox, by result: allowed (resolved upstream), denied (NXDOMAIN by the policy) or failed.",
-		[]string{"namespace", "name", "pod", "result"}, nil)
-	connectionsDesc = prometheus.NewDesc("sandbox_egress_connections_total",
-		"New outbound connections (and other flows) of the sandbox, by verdict: allowed or denied by the packet filter, or spoofed (frames from the pod's interface with another source, dropped).",
-		[]string{"namespace", "name", "pod", "verdict"}, nil)
-)
-
-func newMetrics(n *Node) *metrics {
+func newMetrics() *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -55,11 +47,12 @@ func newMetrics(n *Node) *metrics {
 		}),
 		logged: map[string]time.Time{},
 	}
-	m.registry.MustRegister(m.updates, m.flowsCut, &podCollector{n: n})
+	m.registry.MustRegister(m.updates, m.flowsCut)
 	return m
 }
 
-// Registry is what the agent's /metrics serves.
+// Registry is what the agent's /metrics serves; the agent registers its other collectors in
+// it.
 func (n *Node) Registry() *prometheus.Registry { return n.metrics.registry }
 
 // shouldLog reports whether a denial of name is to be logged now.
@@ -103,48 +96,5 @@ func (n *Node) observeDNS(p *pod, qname string, allowed bool, rcode int) {
 		ref := sandboxRef(p.cfg)
 		n.mu.RUnlock()
 		klog.InfoS("Denied a DNS query", "sandbox", ref, "query", qname)
-	}
-}
-
-// podCollector makes the per-sandbox series of the pods the enforcer holds, reading the
-// filter's counters when scraped. The pod label tells the replicas of a sandbox apart; an idle
-// pool pod's series have an empty name.
-type podCollector struct{ n *Node }
-
-func (c *podCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- queriesDesc
-	ch <- connectionsDesc
-}
-
-func (c *podCollector) Collect(ch chan<- prometheus.Metric) {
-	type row struct {
-		uid, ns, name, pod string
-		dns                *dnsCounts
-	}
-	c.n.mu.RLock()
-	rows := make([]row, 0, len(c.n.pods))
-	for uid, p := range c.n.pods {
-		if p.gone || p.cfg == nil {
-			continue
-		}
-		r := row{uid: uid, ns: p.namespace, pod: p.name, dns: &p.dnsStat}
-		if s := p.cfg.Sandbox; s != nil {
-			r.name = s.Name
-		}
-		rows = append(rows, r)
-	}
-	c.n.mu.RUnlock()
-	for _, r := range rows {
-		ch <- prometheus.MustNewConstMetric(queriesDesc, prometheus.CounterValue, float64(r.dns.allowed.Load()), r.ns, r.name, r.pod, "allowed")
-		ch <- prometheus.MustNewConstMetric(queriesDesc, prometheus.CounterValue, float64(r.dns.denied.Load()), r.ns, r.name, r.pod, "denied")
-		ch <- prometheus.MustNewConstMetric(queriesDesc, prometheus.CounterValue, float64(r.dns.failed.Load()), r.ns, r.name, r.pod, "failed")
-		cnt, err := c.n.filter.Counters(r.uid)
-		if err != nil {
-			klog.V(2).InfoS("Reading a pod's filter counters", "podUID", r.uid, "err", err)
-			continue
-		}
-		ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.CounterValue, float64(cnt.Allowed), r.ns, r.name, r.pod, "allowed")
-		ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.CounterValue, float64(cnt.Denied), r.ns, r.name, r.pod, "denied")
-		ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.CounterValue, float64(cnt.Spoofed), r.ns, r.name, r.pod, "spoofed")
 	}
 }

@@ -36,6 +36,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -85,6 +86,8 @@ type PodNetwork interface {
 	Verify(link *podnet.Link) error
 	// Probe sends one probe frame from inside the pod's network namespace (netnsPath).
 	Probe(netnsPath string, link *podnet.Link, p podnet.Probe) error
+	// Statistics reads the counters of a link Link found, with Verify's checks.
+	Statistics(link *podnet.Link) (podnet.Statistics, error)
 }
 
 // Options configure the enforcer.
@@ -108,7 +111,9 @@ type Node struct {
 
 	mu   sync.RWMutex
 	pods map[string]*pod
-	byIP map[netip.Addr]*pod
+	// informer is WatchPods', for AddPodHandler.
+	informer cache.SharedIndexInformer
+	byIP     map[netip.Addr]*pod
 	// seen is closed and replaced whenever a pod is added or changes, for the requests
 	// waiting on a pod the agent has not seen yet.
 	seen chan struct{}
@@ -163,7 +168,7 @@ func NewNode(o Options, filter PacketFilter, pn PodNetwork) *Node {
 		byIP: map[netip.Addr]*pod{},
 		seen: make(chan struct{}),
 	}
-	n.metrics = newMetrics(n)
+	n.metrics = newMetrics()
 	return n
 }
 

@@ -30,12 +30,14 @@ type fakeFilter struct {
 	rules   map[string]*egressapi.Matcher
 	probes  map[string]uint64
 	syncErr error
+	counts  map[string]nodefilter.Counters
 	removed []string
 	cuts    int
 }
 
 func newFakeFilter() *fakeFilter {
-	return &fakeFilter{pods: map[string]nodefilter.Pod{}, rules: map[string]*egressapi.Matcher{}, probes: map[string]uint64{}}
+	return &fakeFilter{pods: map[string]nodefilter.Pod{}, rules: map[string]*egressapi.Matcher{}, probes: map[string]uint64{},
+		counts: map[string]nodefilter.Counters{}}
 }
 
 func (f *fakeFilter) Sync(p nodefilter.Pod, m *egressapi.Matcher) (bool, error) {
@@ -80,7 +82,9 @@ func (f *fakeFilter) CutFlows(uid string, m *egressapi.Matcher) (int, error) {
 func (f *fakeFilter) Counters(uid string) (nodefilter.Counters, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return nodefilter.Counters{Probes: f.probes[uid]}, nil
+	c := f.counts[uid]
+	c.Probes = f.probes[uid]
+	return c, nil
 }
 
 func (f *fakeFilter) matcher(uid string) *egressapi.Matcher {
@@ -103,6 +107,7 @@ type fakeNet struct {
 	links map[string]*podnet.Link
 	blind bool
 	finds int // Link calls
+	stats map[string]podnet.Statistics
 }
 
 func (n *fakeNet) Link(_ context.Context, uid string) (*podnet.Link, string, error) {
@@ -126,6 +131,16 @@ func (n *fakeNet) Verify(l *podnet.Link) error {
 		}
 	}
 	return errors.New("no such link")
+}
+
+// Statistics of a link are those set in stats, for a link Verify knows.
+func (n *fakeNet) Statistics(l *podnet.Link) (podnet.Statistics, error) {
+	if err := n.Verify(l); err != nil {
+		return podnet.Statistics{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stats[l.Name], nil
 }
 
 func (n *fakeNet) findCount() int {
@@ -166,7 +181,7 @@ type testNode struct {
 func newTestNode(t *testing.T, stateDir string) *testNode {
 	t.Helper()
 	f := newFakeFilter()
-	pn := &fakeNet{f: f, links: map[string]*podnet.Link{}}
+	pn := &fakeNet{f: f, links: map[string]*podnet.Link{}, stats: map[string]podnet.Statistics{}}
 	n := NewNode(Options{NodeAddrs: []netip.Addr{netip.MustParseAddr("10.250.0.1")}, StateDir: stateDir, ResolvConf: os.DevNull}, f, pn)
 	return &testNode{Node: n, f: f, net: pn}
 }

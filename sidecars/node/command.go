@@ -14,15 +14,17 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/usage"
 )
 
 const (
@@ -40,12 +42,18 @@ const (
 
 // Options of sandbox-node.
 type Options struct {
-	ListenAddress string
-	HealthAddress string
-	WaitAddress   string
-	TLSCertFile   string
-	TLSKeyFile    string
-	ClientCAFile  string
+	ListenAddress  string
+	HealthAddress  string
+	WaitAddress    string
+	MetricsAddress string
+	TLSCertFile    string
+	TLSKeyFile     string
+	ClientCAFile   string
+
+	// CgroupRoot and KubeletRootDir are where the agent sees the node's cgroup filesystems
+	// and the kubelet's root directory (usage figures).
+	CgroupRoot     string
+	KubeletRootDir string
 
 	// Egress: see egressOptions.
 	Egress egressOptions
@@ -66,6 +74,9 @@ func NewOptions() *Options {
 		ListenAddress:          ":" + strconv.Itoa(nodeapi.Port),
 		HealthAddress:          ":" + strconv.Itoa(nodeapi.HealthPort),
 		WaitAddress:            ":" + strconv.Itoa(nodeapi.WaitPort),
+		MetricsAddress:         ":" + strconv.Itoa(nodeapi.MetricsPort),
+		CgroupRoot:             "/sys/fs/cgroup",
+		KubeletRootDir:         "/var/lib/kubelet",
 		Egress:                 newEgressOptions(),
 		ContainerdAddress:      "/run/containerd/containerd.sock",
 		ContainerdNamespace:    "k8s.io",
@@ -90,6 +101,18 @@ func (o *Options) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.WaitAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--wait-address %q: %w", o.WaitAddress, err))
+	}
+	if o.MetricsAddress != "" {
+		if _, _, err := net.SplitHostPort(o.MetricsAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-address %q: %w", o.MetricsAddress, err))
+		}
+	}
+	// Absolute and clean: the figures of a pod are read at paths joined to them, and a
+	// relative root would read whatever the working directory holds.
+	for flag, p := range map[string]string{"--cgroup-root": o.CgroupRoot, "--kubelet-root-dir": o.KubeletRootDir} {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			errs = append(errs, fmt.Errorf("%s %q: want an absolute, clean path", flag, p))
+		}
 	}
 	if err := o.Egress.validate(); err != nil {
 		errs = append(errs, err)
@@ -122,9 +145,12 @@ func (o *Options) Validate() error {
 
 // AddFlags binds the options to fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address (host:port) of the mutual-TLS port serving snapshots ("+nodeapi.SnapshotPath+") and pods' egress policies to sandbox-controller.")
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address (host:port) of the mutual-TLS port serving snapshots ("+nodeapi.SnapshotPath+") and pods' egress policies to sandbox-controller, and usage figures ("+nodeapi.StatsPath+") to sandbox-apiserver and sandbox-controller.")
 	fs.StringVar(&o.WaitAddress, "wait-address", o.WaitAddress, "Address (host:port) of the TLS port where sandbox pods' init containers wait for their egress filter (no client certificate).")
-	fs.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, "Address (host:port) of the plain-HTTP "+nodeapi.HealthzPath+" for the kubelet's probes; empty serves none.")
+	fs.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, "Address (host:port) of the plain-HTTP "+nodeapi.HealthzPath+" and "+nodeapi.ReadyzPath+" for the kubelet's probes; empty serves none.")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "Address (host:port) of the TLS port serving Prometheus metrics ("+nodeapi.MetricsPath+") to scrapers whose bearer token the kube-apiserver authenticates and allows get on "+nodeapi.MetricsPath+"; empty serves none.")
+	fs.StringVar(&o.CgroupRoot, "cgroup-root", o.CgroupRoot, "Where the agent sees the node's cgroup filesystems (cgroup v2, or v1's hierarchies), read only: a sandbox pod's CPU, memory and processes are its cgroup's.")
+	fs.StringVar(&o.KubeletRootDir, "kubelet-root-dir", o.KubeletRootDir, "Where the agent sees the kubelet's --root-dir (its pods directory), read only: a sandbox pod's disk is its writable layers and its emptyDir volumes there.")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "PEM serving certificate (for "+nodeapi.ServerName+"), reloaded when it changes.")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "PEM key of --tls-cert-file, reloaded when it changes.")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "PEM CAs whose client certificates are accepted (the kube-sandbox CA), reloaded when it changes.")
@@ -145,8 +171,8 @@ func NewCommand() *cobra.Command {
 	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   "sandbox-node",
-		Short: "kube-sandbox's node agent: egress enforcement for every sandbox pod of the node, and snapshots",
-		Long: `sandbox-node runs on every node (a DaemonSet on the node's network). It does two things.
+		Short: "kube-sandbox's node agent: egress enforcement for every sandbox pod of the node, snapshots, and usage figures",
+		Long: `sandbox-node runs on every node (a DaemonSet on the node's network). It does three things.
 
 Egress: it enforces each sandbox pod's outbound policy from the node's network namespace,
 where nothing in the pod can reach it: a stateful default-deny nf_tables filter keyed by the
@@ -161,10 +187,19 @@ Snapshots: when sandbox-controller pauses a sandbox, it commits the writable lay
 sandbox's container as a layer on top of the container's image and pushes that image to
 --registry, under --repository-prefix (pause and resume; off without --registry).
 
-It serves sandbox-controller alone on --listen-address (mutual TLS, --client-ca-file), the
-pods' wait on --wait-address (TLS), and /healthz, /readyz and /metrics on --health-address
-(plain HTTP). On SIGTERM it takes no new snapshots, lets the running ones finish for
---shutdown-grace-period, then cancels them; the filter stays.`,
+Usage: every ` + nodeapi.SampleInterval.String() + ` it reads what each pod that serves a sandbox uses of the node,
+on the node and never from inside the sandbox: CPU, memory and processes from the pod's cgroup
+(below --cgroup-root; under gVisor it holds the sentry and the gofers), the writable layers of
+its containers from containerd, its emptyDir volumes (below --kubelet-root-dir), and the
+traffic of its interface and its filter's verdicts. Idle pool pods are not read.
+
+It serves sandbox-controller on --listen-address (mutual TLS, --client-ca-file): snapshots and
+egress policies to it alone, usage figures (` + nodeapi.StatsPath + `) to it and sandbox-apiserver.
+It serves the pods' wait on --wait-address (TLS), Prometheus metrics on --metrics-address
+(TLS; a bearer token that the kube-apiserver authenticates and allows get on ` + nodeapi.MetricsPath + `),
+and /healthz and /readyz on --health-address (plain HTTP). On SIGTERM it takes no new
+snapshots, lets the running ones finish for --shutdown-grace-period, then cancels them; the
+filter stays.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -216,11 +251,34 @@ func (o *Options) Run(ctx context.Context) error {
 	} else {
 		klog.InfoS("Connected to containerd", "address", o.ContainerdAddress, "version", v.Version)
 	}
+	// Before anything starts: a --cgroup-root that is no cgroup mount is a DaemonSet to fix.
+	cgroups, err := usage.OpenCgroups(o.CgroupRoot)
+	if err != nil {
+		return fmt.Errorf("--cgroup-root: %w", err)
+	}
 	// Egress first: a node whose kernel cannot enforce a policy has no agent, and no sandbox
 	// pod gets past its init container there.
 	eg, err := o.Egress.start(ctx, client, o.ContainerdNamespace)
 	if err != nil {
 		return err
+	}
+	sampler, err := startUsage(eg, cgroups, &usage.Containerd{Client: client, Namespace: o.ContainerdNamespace}, o.KubeletRootDir)
+	if err != nil {
+		return err
+	}
+	var auth *metricsAuth
+	if o.MetricsAddress != "" {
+		cfg, err := o.Egress.restConfig()
+		if err != nil {
+			return err
+		}
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		if auth, err = newMetricsAuth(kube); err != nil {
+			return fmt.Errorf("metrics authentication: %w", err)
+		}
 	}
 	registry := o.Registry
 	committer := NewCommitter(client, o.ContainerdNamespace, &registry)
@@ -238,11 +296,18 @@ func (o *Options) Run(ctx context.Context) error {
 		maxBytes:     o.MaxSnapshotBytes.Value(),
 		concurrent:   o.MaxConcurrentSnapshots,
 		grace:        o.ShutdownGracePeriod,
+		stats:        sampler,
+		sampler:      sampler,
+		node:         o.Egress.NodeName,
+	}
+	if auth != nil {
+		s.metricsListen, s.metrics, s.metricsAuth = o.MetricsAddress, eg.Registry(), auth
 	}
 	return s.run(ctx)
 }
 
-// server is the running agent: the TLS port, the wait port and the health port.
+// server is the running agent: the TLS port, the wait port, the metrics port and the health
+// port.
 type server struct {
 	// egress is the enforcer; nil in tests of the snapshots alone.
 	egress       *egress.Agent
@@ -255,8 +320,19 @@ type server struct {
 	maxBytes     int64
 	concurrent   int
 	grace        time.Duration
-	// ready, if set, is told the addresses listened on (tests listen on port 0).
-	ready func(addr, healthAddr net.Addr)
+	// stats, if set, answers the usage endpoints on the TLS port, for node; sampler, if set,
+	// runs as long as the server. In the agent, both are the usage sampler.
+	stats   statsSource
+	sampler runner
+	node    string
+	// metricsListen, if set, serves metrics' series to the scrapers metricsAuth admits.
+	metricsListen string
+	metrics       prometheus.Gatherer
+	metricsAuth   *metricsAuth
+	// ready, if set, is told the addresses listened on (tests listen on port 0);
+	// metricsReady the metrics port's.
+	ready        func(addr, healthAddr net.Addr)
+	metricsReady func(net.Addr)
 	// heartbeat overrides nodeapi.Heartbeat in tests.
 	heartbeat time.Duration
 }
@@ -303,13 +379,33 @@ func (s *server) run(ctx context.Context) error {
 			}
 			h.serveHealthz(w, req)
 		})
-		if s.egress != nil {
-			mux.Handle(nodeapi.MetricsPath, promhttp.HandlerFor(s.egress.Registry(), promhttp.HandlerOpts{}))
-		}
 		health = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
+	if s.stats != nil {
+		statsRoutes(srv.Handler.(*http.ServeMux), s.stats, s.node)
+	}
+	var metricsSrv *http.Server
+	var metricsLn net.Listener
+	if s.metricsListen != "" && s.metricsAuth != nil {
+		if metricsLn, err = net.Listen("tcp", s.metricsListen); err != nil {
+			_ = ln.Close()
+			if healthLn != nil {
+				_ = healthLn.Close()
+			}
+			return err
+		}
+		metricsSrv = &http.Server{
+			Handler: s.metricsAuth.handler(s.metrics),
+			// The agent's serving certificate, and no client certificate: scrapers present a
+			// bearer token, which the handler has the kube-apiserver review.
+			TLSConfig:         s.tls.serverOnlyConfig(),
+			ReadHeaderTimeout: 10 * time.Second,
+			TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){},
+			ErrorLog:          klog.NewStandardLogger("INFO"),
+		}
+	}
 
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	var wg sync.WaitGroup
 	var waitSrv *http.Server
 	dnsCtx, cancelDNS := context.WithCancel(ctx)
@@ -351,7 +447,19 @@ func (s *server) run(ctx context.Context) error {
 			}
 		})
 	}
-	klog.InfoS("sandbox-node serving", "address", ln.Addr().String(), "health", s.healthListen,
+	if metricsSrv != nil {
+		wg.Go(func() {
+			if err := metricsSrv.ServeTLS(metricsLn, "", ""); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serve %s: %w", s.metricsListen, err)
+			}
+		})
+	}
+	samplerCtx, stopSampler := context.WithCancel(ctx)
+	defer stopSampler()
+	if s.sampler != nil {
+		wg.Go(func() { s.sampler.Run(samplerCtx) })
+	}
+	klog.InfoS("sandbox-node serving", "address", ln.Addr().String(), "health", s.healthListen, "metrics", s.metricsListen,
 		"registry", s.registry.Host, "repositoryPrefix", s.registry.RepositoryPrefix, "maxSnapshotBytes", s.maxBytes)
 	if s.ready != nil {
 		var ha net.Addr
@@ -359,6 +467,9 @@ func (s *server) run(ctx context.Context) error {
 			ha = healthLn.Addr()
 		}
 		s.ready(ln.Addr(), ha)
+	}
+	if s.metricsReady != nil && metricsLn != nil {
+		s.metricsReady(metricsLn.Addr())
 	}
 
 	var runErr error
@@ -387,6 +498,10 @@ func (s *server) run(ctx context.Context) error {
 	if waitSrv != nil {
 		_ = waitSrv.Close()
 	}
+	if metricsSrv != nil {
+		_ = metricsSrv.Close()
+	}
+	stopSampler()
 	cancelDNS()
 	wg.Wait()
 	if s.egress != nil {

@@ -1,11 +1,13 @@
 // Package nodeapi is the wire contract of sandbox-node, kube-sandbox's node agent (a DaemonSet,
-// on the node's network): its ports, its serving name, and the snapshot protocol of pause and
-// resume. It is shared by the agent and sandbox-controller, its only client. The egress
-// endpoints it serves on the same port are egressapi's (the policy's contract).
+// on the node's network): its ports, its serving name, the snapshot protocol of pause and
+// resume, and the usage figures (stats.go). It is shared by the agent and its two clients,
+// sandbox-controller and sandbox-apiserver. The egress endpoints it serves on the same port
+// are egressapi's (the policy's contract).
 //
 // The agent listens with TLS on the node's address (host network), port Port, with a serving
 // certificate for ServerName from the kube-sandbox CA; it accepts only clients whose
-// certificate the kube-sandbox CA issued to ControllerIdentity (execdapi.ControllerIdentity).
+// certificate the kube-sandbox CA issued to ControllerIdentity (execdapi.ControllerIdentity),
+// and, for the usage figures alone, to execdapi.APIServerIdentity.
 // On WaitPort it serves, with the same certificate but to any client, the one question a
 // sandbox pod's first init container asks before anything of the sandbox runs: is this pod's
 // egress filter in force (egressapi.WaitPath)?
@@ -53,7 +55,8 @@ const (
 	HealthzPath = "/healthz"
 	// ReadyzPath answers 200 once the DNS proxy serves too.
 	ReadyzPath = "/readyz"
-	// MetricsPath serves Prometheus metrics, per sandbox (health port).
+	// MetricsPath serves Prometheus metrics, per sandbox, on MetricsPort (TLS, a bearer token
+	// the kube-apiserver authenticates and authorizes for get on this path).
 	MetricsPath = "/metrics"
 	// Heartbeat: a bare newline on a quiet stream this often.
 	Heartbeat = 10 * time.Second

@@ -28,6 +28,11 @@ const (
 	// them well within the 15 s that `kubectl sandbox top` promises, and costs a node with
 	// 200 sandboxes 20 cgroup reads a second.
 	SampleInterval = 10 * time.Second
+	// MetricsPort serves MetricsPath, the same figures as Prometheus series, over TLS (the
+	// agent's serving certificate, for ServerName) to scrapers the kube-apiserver
+	// authenticates (a bearer token, TokenReview) and authorizes (get on the non-resource URL
+	// /metrics, SubjectAccessReview), as the kubelet's own metrics are served.
+	MetricsPort = 9450
 )
 
 // PodStatsPath is the path of one pod's usage.

@@ -169,19 +169,47 @@ func HostLinkAt(path string) (*Link, error) {
 // the pod's namespace is gone or its sandbox was remade (the runtime's CNI deletes the veth
 // with it, and a new one has another index), which HostLink then finds again.
 func (l *Link) Verify() error {
+	_, err := l.current()
+	return err
+}
+
+// Statistics are the kernel's counters of the host side of a pod's veth, since the veth was
+// made: what the host side received (RxBytes, RxPackets) is what the pod sent, and the other
+// way round.
+type Statistics struct {
+	RxBytes, TxBytes, RxPackets, TxPackets uint64
+}
+
+// Statistics reads the counters of l, from the calling thread's namespace (the node's), in the
+// one netlink request of Verify and with its checks: the counters of an interface that took
+// l's index since are never taken for the pod's.
+func (l *Link) Statistics() (Statistics, error) {
+	got, err := l.current()
+	if err != nil {
+		return Statistics{}, err
+	}
+	s := got.Attrs().Statistics
+	if s == nil {
+		return Statistics{}, fmt.Errorf("podnet: the kernel reported no statistics of %s", l.Name)
+	}
+	return Statistics{RxBytes: s.RxBytes, TxBytes: s.TxBytes, RxPackets: s.RxPackets, TxPackets: s.TxPackets}, nil
+}
+
+// current is the interface at l.Index once it is checked to be l still (see Verify).
+func (l *Link) current() (netlink.Link, error) {
 	if l.Index == 0 || l.peerIndex == 0 {
-		return errors.New("podnet: the link was not found by HostLink")
+		return nil, errors.New("podnet: the link was not found by HostLink")
 	}
 	got, err := netlink.LinkByIndex(l.Index)
 	if err != nil {
-		return fmt.Errorf("podnet: %s (index %d): %w", l.Name, l.Index, err)
+		return nil, fmt.Errorf("podnet: %s (index %d): %w", l.Name, l.Index, err)
 	}
 	a := got.Attrs()
 	if got.Type() != "veth" || a.Name != l.Name || a.HardwareAddr.String() != l.MAC.String() ||
 		a.ParentIndex != l.peerIndex || a.NetNsID != l.peerNetNsID {
-		return fmt.Errorf("podnet: the interface at index %d is no longer %s, the peer of the pod's %s", l.Index, l.Name, l.PodIfName)
+		return nil, fmt.Errorf("podnet: the interface at index %d is no longer %s, the peer of the pod's %s", l.Index, l.Name, l.PodIfName)
 	}
-	return nil
+	return got, nil
 }
 
 // podLink is the pod's interface: eth0, which must be a veth, or the namespace's only veth.
