@@ -526,8 +526,8 @@ func planTasks(bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod
 				Message: fmt.Sprintf("spec.shardTaskPatches[%d]: %v", i, err), FinishTime: &t}
 			continue
 		}
-		obs := tasks.Observation{}
 		pod := byReplica[i]
+		obs := tasks.Observation{OOMKill: taskOOMKill(bs, prev, pod)}
 		if usableForTasks(pod) {
 			obs.Pod, obs.PodUID = pod.Name, string(pod.UID)
 			rid, ok := claimed[i]
@@ -697,6 +697,7 @@ func computeStatus(bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1
 		ObservedGeneration: bs.Generation,
 		Conditions:         append([]metav1.Condition(nil), bs.Status.Conditions...),
 		Snapshots:          bs.Status.Snapshots,
+		OOMKills:           bs.Status.OOMKills,
 	}
 	idx := make([]int32, 0, len(byReplica))
 	for i := range byReplica {

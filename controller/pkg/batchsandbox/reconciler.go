@@ -77,10 +77,16 @@ type Reconciler struct {
 	// PauseStopsExpiry: a Paused sandbox does not expire (sandbox-apiserver, with the same
 	// flag, moves its expiry forward by the pause when it resumes).
 	PauseStopsExpiry bool
+	// Stats reads, from the node agent, the peak memory of a pod whose sandbox container was
+	// OOM-killed (oom.go); nil: a nodeclient.Stats with the Authority's credentials.
+	Stats PodStatsReader
 
 	taskStarterOnce    sync.Once
 	defaultTaskStarter TaskStarter
 	taskEvents         *taskEvents
+
+	statsOnce    sync.Once
+	defaultStats PodStatsReader
 
 	// allocations remembers the pool pods this process allocated until the cache shows them.
 	allocations allocations
@@ -150,17 +156,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.stayPaused(ctx, bs, why, result)
 	case modeNoTemplate:
 		// The CRD refuses this; an object written before that rule existed gets a condition.
-		return result, r.updateStatus(ctx, bs, nil, nil, nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: "spec.template has no containers"})
+		return result, r.updateStatus(ctx, bs, nil, nil, nil, nil, &sandboxpod.Problem{Reason: controlv1alpha1.ReasonPodCreateFailed, Message: "spec.template has no containers"})
 	}
 	obs, err := r.observe(ctx, bs, m)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	var pl *placed
-	switch m {
-	case modePaused:
+	if m == modePaused {
 		// Snapshots first, then the status that holds them, and only then do the pods go.
 		return r.actPause(ctx, obs, planPause(obs), result)
+	}
+	// Before the pods are acted on: a failed pod is released, and its node agent, which has
+	// the peak of an OOM kill, forgets it.
+	oom := r.oomKills(ctx, obs)
+	if oom != nil && oom.requeueAfter > 0 && (result.RequeueAfter == 0 || oom.requeueAfter < result.RequeueAfter) {
+		result.RequeueAfter = oom.requeueAfter
+	}
+	switch m {
 	case modePooled:
 		pl, err = r.actPooled(ctx, obs, planPooled(obs))
 	default:
@@ -169,7 +182,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return r.report(ctx, bs, r.serve(ctx, bs, pl), result)
+	return r.report(ctx, bs, r.serve(ctx, bs, pl, oom), result)
 }
 
 // timeLeft is how long the sandbox has before it expires; expires is false when it does not
@@ -501,14 +514,16 @@ type served struct {
 	// statusOnly: the pods were not served (no policy they could enforce): the status is all
 	// there is, written without claims, egress and tasks.
 	statusOnly bool
+	// oom are the OOM kills to tell.
+	oom *oomResult
 }
 
 // serve makes the placed pods the sandbox's: their execd certified (and a pool pod's claimed:
 // claimAll), the sandbox's policy pushed to them (enforceEgress), their tasks moved along
-// (reconcileTasks).
-func (r *Reconciler) serve(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pl *placed) *served {
+// (reconcileTasks); oom, the OOM kills to tell, goes with them to the status.
+func (r *Reconciler) serve(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pl *placed, oom *oomResult) *served {
 	if pl.refused {
-		return &served{byReplica: pl.byReplica, failure: pl.failure, statusOnly: true}
+		return &served{byReplica: pl.byReplica, failure: pl.failure, statusOnly: true, oom: oom}
 	}
 	byReplica, failure := pl.byReplica, pl.failure
 	// A replica is ready once its execd serves the pod's own certificate.
@@ -521,7 +536,7 @@ func (r *Reconciler) serve(ctx context.Context, bs *controlv1alpha1.BatchSandbox
 	// pod gets it at its claim.
 	egressCond, egressErr := r.enforceEgress(ctx, bs, pl.eg, byReplica, egressEligible(byReplica, claimed, pl.claimFirst))
 	tk, taskErr := r.reconcileTasks(ctx, bs, byReplica, claimed)
-	return &served{byReplica: byReplica, claimed: claimed, tasks: tk, failure: failure, egress: egressCond,
+	return &served{byReplica: byReplica, claimed: claimed, tasks: tk, failure: failure, egress: egressCond, oom: oom,
 		retry: []error{claimErr, taskErr, egressErr}}
 }
 
@@ -529,9 +544,9 @@ func (r *Reconciler) serve(ctx context.Context, bs *controlv1alpha1.BatchSandbox
 // the status is good all the same.
 func (r *Reconciler) report(ctx context.Context, bs *controlv1alpha1.BatchSandbox, s *served, result reconcile.Result) (reconcile.Result, error) {
 	if s.statusOnly {
-		return result, r.updateStatus(ctx, bs, s.byReplica, nil, nil, s.failure)
+		return result, r.updateStatus(ctx, bs, s.byReplica, nil, nil, s.oom, s.failure)
 	}
-	if err := r.updateStatus(ctx, bs, s.byReplica, s.claimed, s.tasks, s.failure, s.egress); err != nil {
+	if err := r.updateStatus(ctx, bs, s.byReplica, s.claimed, s.tasks, s.oom, s.failure, s.egress); err != nil {
 		return reconcile.Result{}, err
 	}
 	for _, err := range s.retry {
@@ -544,18 +559,25 @@ func (r *Reconciler) report(ctx context.Context, bs *controlv1alpha1.BatchSandbo
 	return result, nil
 }
 
-// updateStatus computes the status from the pods (planStatus) and writes it if it changed.
-// claimed holds, per replica, the runtime ID of the container whose execd was certified (and,
-// in pooled mode, accepted the allocation): a replica is ready only when that is the running
-// container.
-func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, tk *taskResult, failure *sandboxpod.Problem, extra ...*metav1.Condition) error {
+// updateStatus computes the status from the pods (planStatus) and the OOM kills to tell
+// (applyOOMKills), and writes it if it changed. claimed holds, per replica, the runtime ID of
+// the container whose execd was certified (and, in pooled mode, accepted the allocation): a
+// replica is ready only when that is the running container.
+func (r *Reconciler) updateStatus(ctx context.Context, bs *controlv1alpha1.BatchSandbox, byReplica map[int32]*corev1.Pod, claimed map[int32]string, tk *taskResult, oom *oomResult, failure *sandboxpod.Problem, extra ...*metav1.Condition) error {
 	var refused *metav1.Condition
 	if bs.Spec.Paused {
 		refused = r.pauseRefused(ctx, bs)
 	}
 	status, events := planStatus(bs, byReplica, claimed, tk, failure, refused, extra...)
+	oomEvents := applyOOMKills(bs, &status, oom)
 	r.record(bs, events...)
-	return r.writeStatus(ctx, bs, status)
+	if err := r.writeStatus(ctx, bs, status); err != nil {
+		return err
+	}
+	// Only once status.oomKills holds them: a write that failed leaves the kills to tell to
+	// the next reconcile, which tells them once.
+	r.record(bs, oomEvents...)
+	return nil
 }
 
 // writeStatus writes status if it differs from the sandbox's, with the PodsReady Event when

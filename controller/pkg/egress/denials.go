@@ -21,6 +21,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxevents"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeclient"
 )
 
 // Backoff of a denial watch whose pod does not answer; after maxWatchFailures in a row the
@@ -54,7 +55,7 @@ var _ manager.LeaderElectionRunnable = &DenialWatcher{}
 func NewDenialWatcher(creds execdclient.Credentials, recorder events.EventRecorder) *DenialWatcher {
 	// The node agent answers a long poll within its maximum wait (5 min): no response timeout
 	// but the poll's own.
-	return &DenialWatcher{Recorder: recorder, client: &http.Client{Transport: nodeTransport(creds, 0)}}
+	return &DenialWatcher{Recorder: recorder, client: &http.Client{Transport: nodeclient.NewTransport(creds, 0, maxIdlePerNode)}}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.

@@ -2,12 +2,9 @@ package egress
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,16 +15,13 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/jsonclient"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeclient"
 )
 
 // pushTimeout bounds one push: a small body, a ruleset sync and a probe on the node. The node
 // agent itself gives up sooner (it waits at most 4 s for a pod it has not seen yet), so that
 // the answer says why.
 const pushTimeout = 6 * time.Second
-
-// dialTimeout: the node agent is on a node of the cluster.
-const dialTimeout = 5 * time.Second
 
 // Rejected: the node agent refused the Config (4xx): retrying the same one will not help.
 type Rejected struct {
@@ -69,43 +63,18 @@ type Pusher struct {
 // nodeapi.ServerName (the agent listens on the node's address, which is no name). Nothing in
 // a sandbox holds that key, nor could it be reached there: the agent is on the node.
 func NewPusher(creds execdclient.Credentials) *Pusher {
-	return &Pusher{client: &http.Client{Timeout: pushTimeout, Transport: nodeTransport(creds, pushTimeout)}}
+	return &Pusher{client: &http.Client{Timeout: pushTimeout, Transport: nodeclient.NewTransport(creds, pushTimeout, maxIdlePerNode)}}
 }
 
-// nodeTransport dials sandbox-node at the address of the request (a node's), verifying its
-// certificate against the CA of now: the CA can rotate.
-func nodeTransport(creds execdclient.Credentials, responseTimeout time.Duration) *http.Transport {
-	return &http.Transport{
-		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			roots := creds.RootCAs()
-			if roots == nil {
-				return nil, errors.New("the kube-sandbox CA is not loaded yet")
-			}
-			d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout}, Config: &tls.Config{
-				MinVersion:           tls.VersionTLS13,
-				ServerName:           nodeapi.ServerName,
-				RootCAs:              roots,
-				GetClientCertificate: creds.GetClientCertificate,
-				NextProtos:           []string{"http/1.1"},
-			}}
-			return d.DialContext(ctx, network, addr)
-		},
-		ResponseHeaderTimeout: responseTimeout,
-		// A node serves many pods: keep a few connections to each.
-		MaxIdleConnsPerHost: 8,
-		IdleConnTimeout:     90 * time.Second,
-	}
-}
+// maxIdlePerNode: a node serves many pods, so keep a few connections to each.
+const maxIdlePerNode = 8
 
 // nodeURL is the URL of path on the node agent of pod's node.
 func nodeURL(pod *corev1.Pod, port int, path string) (string, error) {
 	if pod.Status.HostIP == "" {
 		return "", fmt.Errorf("pod %s has no node address yet", pod.Name)
 	}
-	if port == 0 {
-		port = nodeapi.Port
-	}
-	return "https://" + net.JoinHostPort(pod.Status.HostIP, strconv.Itoa(port)) + path, nil
+	return nodeclient.URL(pod.Status.HostIP, port, path)
 }
 
 // Applied reports whether the pod confirmed the revision.

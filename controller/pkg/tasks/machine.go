@@ -24,6 +24,11 @@ type Observation struct {
 	Usable bool
 	// Contact says what the pod's execd last told about its task.
 	Contact Contact
+	// OOMKill tells of the OOM kill that ended the container the task's last attempt ran in,
+	// for the status ("OOM-killed at T, memory limit 256Mi"); "" when it did not end so. The
+	// kill takes execd with every process: execd, restarted, reports the attempt as
+	// ContainerRestarted, or the pod failed and is lost. Either way the attempt died of it.
+	OOMKill string
 }
 
 // Contact is what a watch stream (or a start) said of a pod's task.
@@ -94,13 +99,20 @@ func Next(prev *controlv1alpha1.TaskStatus, replica int32, sandboxUID string, ob
 	ranOnLostPod := st.PodUID != "" && st.PodUID != obs.PodUID && (st.Phase == controlv1alpha1.TaskRunning || st.Phase == controlv1alpha1.TaskUnknown)
 	if ranOnLostPod {
 		lost := st.Pod
+		why := ""
+		if obs.OOMKill != "" {
+			why = " (its container was " + obs.OOMKill + ")"
+		}
 		if pol.retriesLeft(st.Attempts) > 0 {
 			st.Phase, st.Reason = controlv1alpha1.TaskPending, controlv1alpha1.ReasonTaskRetriedOnNewPod
-			st.Message = fmt.Sprintf("pod %s was lost during attempt %d; the task is retried on a new pod", lost, st.Attempts)
+			st.Message = fmt.Sprintf("pod %s was lost during attempt %d%s; the task is retried on a new pod", lost, st.Attempts, why)
 			st.Pod, st.PodUID = "", ""
 		} else {
 			st.Phase, st.Reason, st.FinishTime = controlv1alpha1.TaskFailed, controlv1alpha1.ReasonTaskPodLost, &nowT
-			st.Message = fmt.Sprintf("pod %s was lost during attempt %d, and %s", lost, st.Attempts, noRetry(pol))
+			if obs.OOMKill != "" {
+				st.Reason = controlv1alpha1.ReasonTaskOOMKilled
+			}
+			st.Message = fmt.Sprintf("pod %s was lost during attempt %d%s, and %s", lost, st.Attempts, why, noRetry(pol))
 			return st, None
 		}
 	}
@@ -140,8 +152,13 @@ func Next(prev *controlv1alpha1.TaskStatus, replica int32, sandboxUID string, ob
 		code := *s.ExitCode
 		st.ExitCode = &code
 	}
-	if s.Reason != "" {
-		st.Reason, st.Message = s.Reason, s.Message
+	reason, message := s.Reason, s.Message
+	if reason == execdapi.TaskReasonContainerRestarted && obs.OOMKill != "" {
+		// What restarted the container is known here, not to execd.
+		reason, message = controlv1alpha1.ReasonTaskOOMKilled, message+": it was "+obs.OOMKill
+	}
+	if reason != "" {
+		st.Reason, st.Message = reason, message
 	}
 	switch s.Phase {
 	case execdapi.TaskRunning:
@@ -159,7 +176,7 @@ func Next(prev *controlv1alpha1.TaskStatus, replica int32, sandboxUID string, ob
 		st.Phase = controlv1alpha1.TaskFailed
 		st.FinishTime = finish(s, nowT)
 		if pol.RestartOnFailure && st.Attempts > 1 {
-			st.Message = fmt.Sprintf("attempt %d of %d failed (%s: %s)", st.Attempts, pol.BackoffLimit+1, s.Reason, s.Message)
+			st.Message = fmt.Sprintf("attempt %d of %d failed (%s: %s)", st.Attempts, pol.BackoffLimit+1, reason, message)
 			st.Reason = controlv1alpha1.ReasonTaskBackoffLimit
 		}
 	}

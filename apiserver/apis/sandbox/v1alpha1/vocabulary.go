@@ -22,6 +22,9 @@ const (
 	ConditionTasksComplete = "TasksComplete"
 	// ConditionTasksFailed is True when a task has failed for good.
 	ConditionTasksFailed = "TasksFailed"
+	// ConditionOOMKilled is True once a replica's sandbox container was OOM-killed; its
+	// message is the latest kill's. It never goes back to False.
+	ConditionOOMKilled = "OOMKilled"
 )
 
 // Reasons of conditions and Events a user can act on.
@@ -54,6 +57,9 @@ const (
 	ReasonSnapshotPolicyMissing = "SnapshotPolicyMissing"
 	// ReasonPauseNotSupported: a sandbox that runs tasks cannot pause.
 	ReasonPauseNotSupported = "PauseNotSupported"
+	// ReasonOOMKilled (condition OOMKilled, and a Warning Event): a replica's sandbox
+	// container was OOM-killed; the message names the replica, its limit and its peak.
+	ReasonOOMKilled = "OOMKilled"
 
 	ReasonPolicyApplied = "PolicyApplied"
 	ReasonPolicyPending = "PolicyPending"
@@ -72,12 +78,14 @@ const (
 
 // Reasons of a task's own end or retry (SandboxTaskStatus.reason).
 const (
-	ReasonTaskExitCode         = "Error"
-	ReasonTaskDeadline         = "DeadlineExceeded"
-	ReasonTaskBackoffLimit     = "BackoffLimitExceeded"
-	ReasonTaskPreStartFailed   = "PreStartFailed"
-	ReasonTaskStartFailed      = "StartFailed"
-	ReasonTaskPodLost          = "PodLost"
+	ReasonTaskExitCode       = "Error"
+	ReasonTaskDeadline       = "DeadlineExceeded"
+	ReasonTaskBackoffLimit   = "BackoffLimitExceeded"
+	ReasonTaskPreStartFailed = "PreStartFailed"
+	ReasonTaskStartFailed    = "StartFailed"
+	ReasonTaskPodLost        = "PodLost"
+	// ReasonTaskOOMKilled: the attempt died with its container, which was OOM-killed.
+	ReasonTaskOOMKilled        = "OOMKilled"
 	ReasonTaskContactLost      = "ContactLost"
 	ReasonTaskRetriedOnNewPod  = "RetriedOnNewPod"
 	ReasonTaskContainerRestart = "ContainerRestarted"

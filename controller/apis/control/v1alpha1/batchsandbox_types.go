@@ -83,6 +83,18 @@ const (
 	// did not verify); the replica waits.
 	ReasonIdentityFailed = "IdentityFailed"
 
+	// ConditionOOMKilled is True once the sandbox container of a replica was OOM-killed: it
+	// used more memory than its limit (or its node ran out), and the kernel killed it with
+	// every process in it. The message tells of the latest kill: when, the replica and its
+	// pod, the memory limit and the peak. Absent while no replica was killed; it does not turn
+	// False again, for it tells the sandbox's history (Ready tells whether the replica runs
+	// again), and status.oomKills holds the last kill of each replica.
+	ConditionOOMKilled = "OOMKilled"
+	// ReasonOOMKilled: a replica's sandbox container was OOM-killed. The reason of the
+	// OOMKilled condition and of the Warning Event told of each kill (a task's attempt that
+	// died of it has ReasonTaskOOMKilled).
+	ReasonOOMKilled = "OOMKilled"
+
 	// ConditionPaused is True when the sandbox is paused: every replica in a snapshot and no
 	// pod left. False while it pauses (Pausing), when a snapshot failed (the pods are kept and
 	// the sandbox stays usable), and while it resumes (Resuming).
@@ -272,6 +284,30 @@ type SnapshotStatus struct {
 	PodUID string `json:"podUID"`
 }
 
+// OOMKillStatus is the last OOM kill of a replica's sandbox container that the controller
+// told of (the condition OOMKilled and a Warning Event): the record that keeps a kill from
+// being told twice, across reconciles and restarts of the controller.
+type OOMKillStatus struct {
+	// replica is the index of the replica.
+	Replica int32 `json:"replica"`
+	// pod ran the container that was killed.
+	Pod string `json:"pod"`
+	// containerID is the container runtime's ID of the killed container.
+	// +optional
+	ContainerID string `json:"containerID,omitempty"`
+	// time is when the killed container ended (its terminated state's finishedAt).
+	Time metav1.Time `json:"time"`
+	// count is the number of OOM kills of the replica's sandbox containers told of so far.
+	Count int32 `json:"count"`
+	// limitBytes is the memory limit of the killed container (else its pod's); absent: none.
+	// +optional
+	LimitBytes int64 `json:"limitBytes,omitempty"`
+	// peakBytes is the most memory the pod used (its cgroup's peak, read by the node agent
+	// after the kill); absent: unknown.
+	// +optional
+	PeakBytes int64 `json:"peakBytes,omitempty"`
+}
+
 // BatchSandboxStatus is the observed state of a BatchSandbox.
 type BatchSandboxStatus struct {
 	// observedGeneration is the generation the status was computed for.
@@ -292,7 +328,7 @@ type BatchSandboxStatus struct {
 	// +listMapKey=replica
 	Pods []SandboxPodStatus `json:"pods,omitempty"`
 	// conditions: Ready, with a reason a user can act on; with a task, TasksComplete and
-	// TasksFailed.
+	// TasksFailed; OOMKilled once a replica was OOM-killed.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -323,6 +359,12 @@ type BatchSandboxStatus struct {
 	// +listType=map
 	// +listMapKey=replica
 	Snapshots []SnapshotStatus `json:"snapshots,omitempty"`
+	// oomKills lists, by replica index, the last OOM kill of each replica's sandbox container
+	// that was told of (condition OOMKilled).
+	// +optional
+	// +listType=map
+	// +listMapKey=replica
+	OOMKills []OOMKillStatus `json:"oomKills,omitempty"`
 }
 
 // BatchSandbox is a set of sandbox pods. It is the stored truth behind a Sandbox of the same

@@ -150,6 +150,9 @@ const (
 	ReasonTaskContactLost      = "ContactLost"
 	ReasonTaskRetriedOnNewPod  = "RetriedOnNewPod"
 	ReasonTaskContainerRestart = "ContainerRestarted"
+	// ReasonTaskOOMKilled: the attempt died with its container, which was OOM-killed (the
+	// message tells when, and the memory limit).
+	ReasonTaskOOMKilled = "OOMKilled"
 )
 
 // TaskStatus is what the controller knows of one replica's task.
