@@ -29,6 +29,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/apiserver/pkg/sandboxconn"
 	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/admission"
 	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
 // Options are the flags of sandbox-apiserver.
@@ -62,6 +63,9 @@ type Options struct {
 	// sandbox's answer to a files and a proxy request.
 	FilesResponseHeaderTimeout time.Duration
 	ProxyResponseHeaderTimeout time.Duration
+	// NodeAgentPort is the port of sandbox-node, the node agent, on every node's address,
+	// which the stats subresource asks for each replica's figures.
+	NodeAgentPort int
 }
 
 // NewOptions returns the defaults. The server stores nothing, so it has no etcd; it admits
@@ -80,6 +84,7 @@ func NewOptions() *Options {
 		ServePKISecret:             true,
 		FilesResponseHeaderTimeout: 30 * time.Second,
 		ProxyResponseHeaderTimeout: time.Minute,
+		NodeAgentPort:              nodeapi.Port,
 	}
 	o.RecommendedOptions.Etcd = nil
 	o.RecommendedOptions.Admission = nil
@@ -117,6 +122,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How long a files request waits for sandbox-execd to start its answer (504 after).")
 	fss.FlagSet("sandboxes").DurationVar(&o.ProxyResponseHeaderTimeout, "proxy-response-header-timeout", o.ProxyResponseHeaderTimeout,
 		"How long a proxy request waits for the sandbox's server to start its answer (504 after), so that a sandbox that never answers holds no request.")
+	fss.FlagSet("sandboxes").IntVar(&o.NodeAgentPort, "node-agent-port", o.NodeAgentPort,
+		"The port of sandbox-node, the node agent, on each node's address (mutual TLS): where the stats subresource reads each replica's figures. Keep it equal to the agent's --listen-address.")
 	fss.FlagSet("sandbox-execd").StringVar(&o.PKISecret, "pki-secret", o.PKISecret,
 		"Secret (NAMESPACE/NAME) with this server's certificate (tls.crt, tls.key), which it presents to sandbox-execd and serves, and the kube-sandbox CA (ca.crt), which sandbox pods' certificates chain to. sandbox-controller (or cert-manager) keeps it current; it is watched.")
 	fss.FlagSet("sandbox-execd").BoolVar(&o.ServePKISecret, "serve-pki-secret", o.ServePKISecret,
@@ -143,6 +150,9 @@ func (o *Options) Validate() error {
 	}
 	if ns, name, ok := strings.Cut(o.PKISecret, "/"); !ok || ns == "" || name == "" {
 		errs = append(errs, fmt.Errorf("--pki-secret %q: want NAMESPACE/NAME", o.PKISecret))
+	}
+	if o.NodeAgentPort < 1 || o.NodeAgentPort > 65535 {
+		errs = append(errs, fmt.Errorf("--node-agent-port %d: want a port, 1-65535", o.NodeAgentPort))
 	}
 	if o.FilesResponseHeaderTimeout <= 0 || o.ProxyResponseHeaderTimeout <= 0 {
 		errs = append(errs, errors.New("--files-response-header-timeout and --proxy-response-header-timeout must be positive"))
@@ -211,6 +221,7 @@ func (o *Options) Config() (*Config, error) {
 			Credentials:                creds,
 			FilesResponseHeaderTimeout: o.FilesResponseHeaderTimeout,
 			ProxyResponseHeaderTimeout: o.ProxyResponseHeaderTimeout,
+			NodeAgentPort:              o.NodeAgentPort,
 		},
 	}, nil
 }

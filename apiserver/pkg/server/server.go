@@ -5,16 +5,21 @@ package server
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	restclient "k8s.io/client-go/rest"
+	openapicommon "k8s.io/kube-openapi/pkg/common"
+	"k8s.io/kube-openapi/pkg/common/restfuladapter"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,6 +32,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeclient"
 )
 
 // ExtraConfig is what sandbox-apiserver needs beyond a generic API server.
@@ -49,6 +55,10 @@ type ExtraConfig struct {
 	// sandbox's answers.
 	FilesResponseHeaderTimeout time.Duration
 	ProxyResponseHeaderTimeout time.Duration
+	// NodeAgentPort is where sandbox-node, the node agent, serves the figures of the stats
+	// subresource, on each node's address; 0: nodeapi.Port, where every agent listens.
+	// Another port is for stand-ins of the agents, on a machine where a real one holds it.
+	NodeAgentPort int
 }
 
 // Config is the configuration of sandbox-apiserver.
@@ -95,6 +105,12 @@ func init() {
 func (c completedConfig) New() (*SandboxServer, error) {
 	if c.ExtraConfig.BackendConfig == nil {
 		return nil, fmt.Errorf("no backend client config: sandbox-apiserver needs to reach the kube-apiserver")
+	}
+	if oc := c.GenericConfig.OpenAPIConfig; oc != nil {
+		oc.GetOperationIDAndTagsFromRoute = operationIDs
+	}
+	if oc := c.GenericConfig.OpenAPIV3Config; oc != nil {
+		oc.GetOperationIDAndTagsFromRoute = operationIDs
 	}
 	genericServer, err := c.GenericConfig.New("sandbox-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
@@ -160,6 +176,18 @@ func (c completedConfig) New() (*SandboxServer, error) {
 		ProxyTransport: execdclient.NewTransport(creds, execdclient.Options{ResponseHeaderTimeout: c.ExtraConfig.ProxyResponseHeaderTimeout, MaxIdleConnsPerHost: 4}),
 		Renewer:        renewer,
 	}
+	// What sandboxes use, from the agents of their nodes, as this server's identity (the
+	// agents accept execdapi.APIServerIdentity for their figures). A few idle connections per
+	// node: `kubectl sandbox top` asks every node again every few seconds.
+	stats := &sandboxregistry.StatsReader{
+		Reader: sandboxregistry.CacheFirst{Cache: informers, Direct: backend},
+		Pods:   informers,
+		Nodes: &nodeclient.Stats{
+			Client: &http.Client{Transport: nodeclient.NewTransport(creds, sandboxregistry.StatsTimeout, 2)},
+			Port:   c.ExtraConfig.NodeAgentPort,
+		},
+		Clock: clk,
+	}
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(sandboxv1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
 	apiGroupInfo.VersionedResourcesStorageMap[sandboxv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"sandboxes":        sandboxes,
@@ -177,9 +205,29 @@ func (c completedConfig) New() (*SandboxServer, error) {
 		"sandboxes/contexts": &sandboxregistry.ContextsREST{
 			Access: access, Reader: sandboxregistry.CacheFirst{Cache: informers, Direct: backend}, Clock: clk,
 		},
+		"sandboxes/stats": &sandboxregistry.StatsREST{Stats: stats},
+		"sandboxstats":    &sandboxregistry.SandboxStatsREST{Stats: stats},
 	}
 	if err := genericServer.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err
 	}
 	return &SandboxServer{GenericAPIServer: genericServer}, nil
+}
+
+// operationIDs names the operations of the OpenAPI documents as every generic API server does
+// (verb, group, version, then kind, or for a subresource its parent's kind and its name),
+// but for one: GET sandboxes/NAME/stats ("Sandbox" + "Stats") and GET sandboxstats/NAME (kind
+// SandboxStats) would both be readSandboxKubeSandboxIoV1alpha1NamespacedSandboxStats, which
+// the OpenAPI builders refuse. The resource keeps the name a client generator expects of a
+// resource's get; the subresource's gets "Subresource" after it.
+func operationIDs(r openapicommon.Route) (string, []string, error) {
+	route, ok := r.(*restfuladapter.RouteAdapter)
+	if !ok {
+		return "", nil, fmt.Errorf("route %s %s is not a go-restful route", r.Method(), r.Path())
+	}
+	id, tags, err := openapinamer.GetOperationIDAndTags(route.Route)
+	if err == nil && r.Method() == http.MethodGet && strings.HasSuffix(r.Path(), "/sandboxes/{name}/stats") {
+		id += "Subresource"
+	}
+	return id, tags, err
 }

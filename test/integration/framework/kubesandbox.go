@@ -108,6 +108,7 @@ func StartSandboxAPIServer(ctx context.Context, cp *ControlPlane, c client.Clien
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--max-sandbox-timeout=" + MaxSandboxTimeout.String(),
 		"--pki-secret=" + SystemNamespace + "/sandbox-apiserver-tls",
+		"--node-agent-port=" + strconv.Itoa(NodeAgentPort()),
 		"--v=2",
 	})
 	errCh := make(chan error, 1)
