@@ -96,3 +96,20 @@ func ExampleErrForbidden() {
 		fmt.Println("it expired; create another")
 	}
 }
+
+// What each replica of a sandbox uses, as its node last read it (at most about 10 s ago).
+func ExampleClient_Stats() {
+	c, _ := sandboxclient.NewFromKubeconfig("", "")
+	stats, err := c.Stats(context.Background(), "my-sandbox")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range stats.Replicas {
+		if r.CPU == nil || r.Memory == nil {
+			// No pod now, a node that did not answer, or not read yet: the reason says which.
+			fmt.Printf("replica %d: %s: %s\n", r.Replica, r.Reason, r.Message)
+			continue
+		}
+		fmt.Printf("replica %d: %dm CPU, %d MiB of memory\n", r.Replica, r.CPU.UsageNanoCores/1e6, r.Memory.WorkingSetBytes>>20)
+	}
+}

@@ -1,8 +1,8 @@
 // Package mcpserver is kube-sandbox's Model Context Protocol server: tools an agent calls to
-// make sandboxes, run commands and code in them, move files and open egress, each a call of the
-// client library (plugin/pkg/client) with the identity of the kubeconfig it runs with. RBAC
-// therefore scopes the agent as it scopes that user, and a denial comes back as a tool error
-// that names the verb and resource.
+// make sandboxes, run commands and code in them, move files, open egress and read what
+// sandboxes use, each a call of the client library (plugin/pkg/client) with the identity of
+// the kubeconfig it runs with. RBAC therefore scopes the agent as it scopes that user, and a
+// denial comes back as a tool error that names the verb and resource.
 //
 // `kubectl sandbox mcp` serves it over stdio or streamable HTTP (plugin/pkg/cmd/mcp).
 package mcpserver
@@ -58,6 +58,7 @@ const Instructions = `kube-sandbox gives you isolated Linux sandboxes on Kuberne
 A typical session: create_sandbox, then write_file and run_command (or run_code for Python that keeps its state),
 read_file for results, delete_sandbox when done. Sandboxes made here expire by themselves (renew_sandbox extends one).
 Outbound network access is denied unless the sandbox's policy allows it (show_network, allow_egress).
+sandbox_stats shows what a sandbox uses (CPU, memory against its limit, OOM kills, disk, network, refused connections).
 Every call acts with the Kubernetes identity of this server's kubeconfig: a "Forbidden" error means RBAC does not allow it.`
 
 // New returns the MCP server on c.

@@ -75,7 +75,7 @@ func TestToolsHaveSchemasAndDescriptions(t *testing.T) {
 	}
 	want := []string{"create_sandbox", "list_sandboxes", "delete_sandbox", "renew_sandbox", "run_command",
 		"start_process", "list_processes", "read_process_output", "kill_process",
-		"read_file", "write_file", "list_files", "run_code", "show_network", "allow_egress"}
+		"read_file", "write_file", "list_files", "run_code", "sandbox_stats", "show_network", "allow_egress"}
 	got := map[string]*mcp.Tool{}
 	for _, tool := range list.Tools {
 		got[tool.Name] = tool

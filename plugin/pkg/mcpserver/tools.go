@@ -64,6 +64,9 @@ func (t *tools) add(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(false)},
 		Description: "Run Python code in a sandbox's code context, a Jupyter kernel that keeps variables, imports and the working directory between runs, like a notebook. Returns stdout, stderr, the last expression's value, an exception with its traceback, and plots as images."},
 		t.runCode)
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_stats", Annotations: readOnly,
+		Description: "Show what a sandbox uses, a line per replica: CPU in cores, memory working set and limit, disk written, network bytes in and out, processes, OOM kills and refused connections, read on its node about every 10 seconds (under gVisor, including the sandbox's kernel). Without a name, every sandbox of the namespace. A replica without figures says why (no pod now, its node did not answer, not read yet)."},
+		t.sandboxStats)
 	mcp.AddTool(s, &mcp.Tool{Name: "show_network", Annotations: readOnly,
 		Description: "Show a sandbox's outbound network policy: its default action, its rules in order, and whether its node enforces it."},
 		t.showNetwork)
@@ -563,6 +566,166 @@ func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCodeI
 		return nil, RunCodeOutput{}, err
 	}
 	return &mcp.CallToolResult{Content: append([]mcp.Content{&mcp.TextContent{Text: string(text)}}, images...)}, out, nil
+}
+
+// --- usage ---------------------------------------------------------------------------------
+
+// StatsInput names a sandbox, or none for every sandbox of the namespace.
+type StatsInput struct {
+	Name string `json:"name,omitempty" jsonschema:"the sandbox's name; without it, every sandbox of the namespace"`
+}
+
+// ReplicaStatsOutput is what a replica uses. A figure the node could not give is left out,
+// and Reason and Message say why.
+type ReplicaStatsOutput struct {
+	Sandbox string `json:"sandbox"`
+	Replica int32  `json:"replica"`
+	Node    string `json:"node,omitempty"`
+	// CPUCores is the rate over the last window between two reads (0.5: half a core).
+	CPUCores *float64 `json:"cpuCores,omitempty"`
+	// MemoryBytes is the working set, by which the kernel OOM-kills; MemoryLimitBytes the
+	// pod's limit, absent without one.
+	MemoryBytes      *int64 `json:"memoryBytes,omitempty"`
+	MemoryLimitBytes *int64 `json:"memoryLimitBytes,omitempty"`
+	OOMKills         *int64 `json:"oomKills,omitempty"`
+	// DiskBytes is what it wrote to its root filesystem and disk-backed emptyDir volumes.
+	DiskBytes         *int64 `json:"diskBytes,omitempty"`
+	NetInBytes        *int64 `json:"netInBytes,omitempty"`
+	NetOutBytes       *int64 `json:"netOutBytes,omitempty"`
+	ConnectionsDenied *int64 `json:"connectionsDenied,omitempty"`
+	Processes         *int64 `json:"processes,omitempty"`
+	Reason            string `json:"reason,omitempty"`
+	Message           string `json:"message,omitempty"`
+	// ReadAt is when the node read the figures, RFC 3339.
+	ReadAt string `json:"readAt,omitempty"`
+}
+
+// StatsOutput is the replicas of the sandboxes asked for.
+type StatsOutput struct {
+	Replicas []ReplicaStatsOutput `json:"replicas"`
+}
+
+func replicaStatsOutput(sandbox string, rs *sandboxv1alpha1.SandboxReplicaStats) ReplicaStatsOutput {
+	out := ReplicaStatsOutput{Sandbox: sandbox, Replica: rs.Replica, Node: rs.Node, Reason: rs.Reason, Message: rs.Message}
+	if !rs.Timestamp.IsZero() {
+		out.ReadAt = rs.Timestamp.UTC().Format(time.RFC3339)
+	}
+	// A pod read once has no window yet, so no rate: its usageNanoCores means nothing.
+	if rs.CPU != nil && rs.Window.Duration > 0 {
+		out.CPUCores = ptr(float64(rs.CPU.UsageNanoCores) / 1e9)
+	}
+	if m := rs.Memory; m != nil {
+		out.MemoryBytes, out.OOMKills = ptr(m.WorkingSetBytes), ptr(m.OOMKills)
+		if m.LimitBytes > 0 {
+			out.MemoryLimitBytes = ptr(m.LimitBytes)
+		}
+	}
+	if d := rs.Disk; d != nil {
+		out.DiskBytes = ptr(d.WritableLayerBytes + d.EmptyDirBytes)
+	}
+	if n := rs.Network; n != nil {
+		out.NetInBytes, out.NetOutBytes, out.ConnectionsDenied = ptr(n.RxBytes), ptr(n.TxBytes), ptr(n.ConnectionsDenied)
+	}
+	out.Processes = rs.Processes
+	return out
+}
+
+// statsLine is a replica's figures in a line an agent reads at a glance:
+// "web/0: cpu 0.998 cores, memory 203.0 MiB of 512.0 MiB, disk 12.0 MiB, net in 1.5 MiB out 300.0 KiB, 14 processes".
+func statsLine(r ReplicaStatsOutput) string {
+	var parts []string
+	if r.CPUCores != nil {
+		parts = append(parts, fmt.Sprintf("cpu %.3f cores", *r.CPUCores))
+	}
+	if r.MemoryBytes != nil {
+		mem := "memory " + humanBytes(*r.MemoryBytes)
+		if r.MemoryLimitBytes != nil {
+			mem += " of " + humanBytes(*r.MemoryLimitBytes)
+		}
+		parts = append(parts, mem)
+	}
+	if r.DiskBytes != nil {
+		parts = append(parts, "disk "+humanBytes(*r.DiskBytes))
+	}
+	if r.NetInBytes != nil && r.NetOutBytes != nil {
+		parts = append(parts, fmt.Sprintf("net in %s out %s", humanBytes(*r.NetInBytes), humanBytes(*r.NetOutBytes)))
+	}
+	if r.Processes != nil {
+		parts = append(parts, fmt.Sprintf("%d processes", *r.Processes))
+	}
+	// Only when they happened: they are what an agent must act on.
+	if r.OOMKills != nil && *r.OOMKills > 0 {
+		parts = append(parts, fmt.Sprintf("%d OOM kills", *r.OOMKills))
+	}
+	if r.ConnectionsDenied != nil && *r.ConnectionsDenied > 0 {
+		parts = append(parts, fmt.Sprintf("%d connections denied", *r.ConnectionsDenied))
+	}
+	line := fmt.Sprintf("%s/%d: ", r.Sandbox, r.Replica)
+	if len(parts) == 0 {
+		line += "no figures"
+	} else {
+		line += strings.Join(parts, ", ")
+	}
+	if r.Reason != "" {
+		why := r.Reason
+		if r.Message != "" {
+			why += ": " + r.Message
+		}
+		line += " (" + why + ")"
+	}
+	return line
+}
+
+// humanBytes is n in B, KiB, MiB or GiB, with one decimal above a KiB.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	value, suffix := float64(n)/unit, "KiB"
+	for _, s := range []string{"MiB", "GiB", "TiB"} {
+		if value < unit {
+			break
+		}
+		value, suffix = value/unit, s
+	}
+	return fmt.Sprintf("%.1f %s", value, suffix)
+}
+
+func (t *tools) sandboxStats(ctx context.Context, _ *mcp.CallToolRequest, in StatsInput) (*mcp.CallToolResult, StatsOutput, error) {
+	var items []sandboxv1alpha1.SandboxStats
+	if in.Name != "" {
+		s, err := t.c.Stats(ctx, in.Name)
+		if err != nil {
+			return nil, StatsOutput{}, toolError("sandbox_stats", err)
+		}
+		items = []sandboxv1alpha1.SandboxStats{*s}
+	} else {
+		list, err := t.c.ListStats(ctx, sandboxclient.ListStatsOptions{})
+		if err != nil {
+			return nil, StatsOutput{}, toolError("sandbox_stats", err)
+		}
+		items = list.Items
+	}
+	out := StatsOutput{Replicas: []ReplicaStatsOutput{}}
+	var lines []string
+	for i := range items {
+		for j := range items[i].Replicas {
+			r := replicaStatsOutput(items[i].Name, &items[i].Replicas[j])
+			out.Replicas = append(out.Replicas, r)
+			lines = append(lines, statsLine(r))
+		}
+	}
+	switch {
+	case len(lines) > 0:
+	case in.Name != "":
+		lines = append(lines, fmt.Sprintf("sandbox %s has no replicas", in.Name))
+	default:
+		lines = append(lines, fmt.Sprintf("no sandboxes in namespace %s", t.c.Namespace()))
+	}
+	// The text is the lines, shorter for a model to read than the JSON, which is the
+	// structured content.
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(lines, "\n")}}}, out, nil
 }
 
 // --- egress --------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Sandboxes are isolated environments (pods) served by the kube-sandbox aggregated API
 (``sandbox.kube-sandbox.io/v1alpha1``, resource ``sandboxes``). This package creates them and
-uses them: commands, files, HTTP servers, background processes and stateful Python::
+uses them: commands, files, HTTP servers, background processes and stateful Python, and reads
+what they use (:meth:`Sandbox.stats`, :func:`list_stats`)::
 
     from kube_sandbox import Sandbox
 
@@ -34,6 +35,7 @@ from .files import FileInfo, Files
 from .network import EgressPort, EgressRule, Network, NetworkPolicy, parse_rules
 from .processes import Process, Processes
 from .sandbox import ProxySession, Sandbox
+from .stats import ReplicaStats, SandboxStats, list_stats
 
 __all__ = [
     "__version__",
@@ -54,6 +56,9 @@ __all__ = [
     "Process",
     "Processes",
     "ProxySession",
+    "SandboxStats",
+    "ReplicaStats",
+    "list_stats",
     "SandboxError",
     "NotFoundError",
     "UnauthorizedError",

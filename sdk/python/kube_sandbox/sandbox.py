@@ -37,6 +37,7 @@ from .errors import (ExpiredError, NotFoundError, SandboxError, WaitTimeoutError
 from .files import Files
 from .network import ALLOW, DENY, NetworkPolicy, Network, parse_rules
 from .processes import Processes
+from .stats import SandboxStats, list_stats, sandbox_stats
 from ._util import (API_VERSION, GROUP, PLURAL, VERSION, Duration, condition, condition_text, format_time,
                     parse_time, sandbox_path, sandboxes_path, seconds, whole_seconds)
 
@@ -287,6 +288,23 @@ class Sandbox:
             if not cont:
                 return out
 
+    @classmethod
+    def list_stats(
+        cls,
+        namespace: Optional[str] = None,
+        all_namespaces: bool = False,
+        label_selector: Optional[str] = None,
+        *,
+        client: ClientLike = None,
+        kubeconfig: Optional[str] = None,
+        context: Optional[str] = None,
+    ) -> List[SandboxStats]:
+        """What the sandboxes of ``namespace`` (or, with ``all_namespaces``, of every
+        namespace) use, those that match ``label_selector`` if given: the same as
+        :func:`kube_sandbox.list_stats`. Needs ``list`` on ``sandboxstats``."""
+        return list_stats(namespace, all_namespaces, label_selector, client=client, kubeconfig=kubeconfig,
+                          context=context)
+
     # --- what it is -----------------------------------------------------------------------
 
     @property
@@ -373,6 +391,18 @@ class Sandbox:
 
     def __repr__(self) -> str:
         return f"Sandbox({self.namespace}/{self.name}, phase={self.phase or '?'})"
+
+    def stats(self) -> SandboxStats:
+        """What its replicas use now: CPU, memory, disk, network and processes, as their nodes
+        read them (at most about 10 s ago; see :mod:`kube_sandbox.stats`). A replica without
+        figures (no pod now, a node that did not answer) has ``reason`` and ``message``
+        instead; that is not an error.
+
+        Raises:
+            NotFoundError: there is no such sandbox.
+            ForbiddenError: RBAC does not allow ``get`` on ``sandboxes/stats``.
+        """
+        return sandbox_stats(self.client, self.namespace, self.name)
 
     # --- its life -------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/renew"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/runcode"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/tasks"
+	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/top"
 	cmdutil "github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/util"
 	"github.com/kube-sandbox/kube-sandbox/plugin/pkg/cmd/wait"
 )
@@ -133,6 +134,7 @@ func NewCmdSandboxWithFactory(f cmdutil.Factory, streams genericiooptions.IOStre
 		get.NewCmdList(f, streams),
 		exec.NewCmdExec(f, streams, executor),
 		ps.NewCmdPs(f, streams),
+		top.NewCmdTop(f, streams),
 		attach.NewCmdAttach(f, streams, executor),
 		kill.NewCmdKill(f, streams),
 		runcode.NewCmdRunCode(f, streams),
