@@ -40,7 +40,7 @@ var (
 	runs      = flag.Int("runs", 200, "exec round trips per path")
 	streamMB  = flag.Int("stream-mb", 1024, "MiB streamed through exec per path")
 	fileMB    = flag.Int("file-mb", 200, "MiB uploaded and downloaded per path")
-	only      = flag.String("only", "", "run one part: exec, processes, clients, egress, gvisor, pools, tasks, pause, or scale (not part of all: its own control plane and simulated nodes, no cluster; make bench-scale) (default: all)")
+	only      = flag.String("only", "", "run one part: exec, processes, clients, egress, gvisor, stats, pools, tasks, pause, or scale (not part of all: its own control plane and simulated nodes, no cluster; make bench-scale) (default: all)")
 	gvisor    = flag.String("gvisor-runtime-class", "gvisor", "RuntimeClass of the gVisor rows (each the same in gVisor and in runc); empty, or a class the cluster does not have: skip them")
 )
 
@@ -104,6 +104,9 @@ func run(ctx context.Context) error {
 	if *only == "clients" {
 		return b.clients(ctx)
 	}
+	if *only == "stats" {
+		return b.stats(ctx)
+	}
 	if err := b.createSandbox(ctx, ""); err != nil {
 		return err
 	}
@@ -147,6 +150,9 @@ func run(ctx context.Context) error {
 	}
 	// The exec sandbox goes first: the pool phases want a quiet node.
 	_ = b.sandboxes.SandboxV1alpha1().Sandboxes(*namespace).Delete(ctx, b.name, metav1.DeleteOptions{})
+	if err := b.stats(ctx); err != nil {
+		fmt.Printf("\n## Usage figures (stats)\n\nskipped: %v\n", err)
+	}
 	return b.pools(ctx)
 }
 

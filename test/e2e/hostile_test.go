@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -93,21 +92,12 @@ func runHostile(t *testing.T, ns, name string, checks ...string) map[string]stri
 }
 
 // nodeAgentConnections reads sandbox_egress_connections_total of a sandbox from the node
-// agent's metrics (its health port on the node's address), by verdict.
-func nodeAgentConnections(t *testing.T, ns, sandbox string) map[string]float64 {
+// agent's metrics (its authenticated metrics port on the node's address), by verdict.
+func nodeAgentConnections(t *testing.T, m *metricsScraper, ns, sandbox string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://10.250.0.1:9447/metrics")
-	if err != nil {
-		t.Fatalf("node agent metrics: %v", err)
-	}
-	defer resp.Body.Close()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, "sandbox_egress_connections_total{") ||
-			!strings.Contains(l, fmt.Sprintf(`namespace=%q`, ns)) || !strings.Contains(l, fmt.Sprintf(`name=%q`, sandbox)) {
+	for _, l := range m.series(t, ns, sandbox) {
+		if !strings.HasPrefix(l, "sandbox_egress_connections_total{") {
 			continue
 		}
 		labels, value, _ := strings.Cut(l, "} ")
@@ -138,6 +128,7 @@ func testHostileCode(t *testing.T, runtimeClass string) {
 	if runtimeClass != "" {
 		rtName = runtimeClass
 	}
+	scraper := newMetricsScraper(t)
 	net := outside.New(t)
 	dnsHost := net.AddHost(t, "dns")
 	other := net.AddHost(t, "other")
@@ -200,7 +191,7 @@ spec:
 	})
 
 	t.Run("what a capable sandbox sends with another source or past its routes stays on the node", func(t *testing.T) {
-		before := nodeAgentConnections(t, ns, "capable")
+		before := nodeAgentConnections(t, scraper, ns, "capable")
 		selfIP := strings.TrimSpace(mustSandboxCmd(t, ns, "exec", "capable", "--", "python3", "-c",
 			fmt.Sprintf("import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect((%q, 53)); print(s.getsockname()[0])", dnsHost.IP)))
 		d := dnsHost.IP.String()
@@ -251,10 +242,10 @@ spec:
 			want += 3 * float64(len(spoofs))
 		}
 		waitFor(t, "spoofed frames counted by the node agent", 10*time.Second, func() (bool, string) {
-			after := nodeAgentConnections(t, ns, "capable")
+			after := nodeAgentConnections(t, scraper, ns, "capable")
 			return after["spoofed"]-before["spoofed"] >= want, fmt.Sprintf("before %v, after %v, want %v more spoofed", before, after, want)
 		})
-		after := nodeAgentConnections(t, ns, "capable")
+		after := nodeAgentConnections(t, scraper, ns, "capable")
 		t.Logf("%s: node agent counted %v spoofed, %v denied (before %v)", rtName, after["spoofed"]-before["spoofed"], after["denied"]-before["denied"], before)
 	})
 

@@ -20,7 +20,7 @@ import (
 // mcpTools are the tools `kubectl sandbox mcp` serves (plugin/pkg/mcpserver).
 var mcpTools = []string{
 	"allow_egress", "create_sandbox", "delete_sandbox", "kill_process", "list_files", "list_processes", "list_sandboxes",
-	"read_file", "read_process_output", "renew_sandbox", "run_code", "run_command", "show_network", "start_process", "write_file",
+	"read_file", "read_process_output", "renew_sandbox", "run_code", "run_command", "sandbox_stats", "show_network", "start_process", "write_file",
 }
 
 // npmTools are the test tools of hack/tools/npm/package.json, as hack/npm-tools.sh installs them.
