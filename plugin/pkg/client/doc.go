@@ -26,5 +26,6 @@
 //     sandbox), Renew, Pause, Resume;
 //   - egress: NetworkPolicy, Allow, Deny, UpdateNetworkPolicy, WaitNetworkPolicy;
 //   - processes: StartProcess, ListProcesses, GetProcess, SignalProcess, ProcessLog, Attach;
-//   - code contexts: RunCode, CreateContext, ListContexts, DeleteContext, InterruptContext.
+//   - code contexts: RunCode, CreateContext, ListContexts, DeleteContext, InterruptContext;
+//   - usage: Stats (one sandbox's replicas) and ListStats (a namespace's, or every one's).
 package client

@@ -275,7 +275,8 @@ func fillStats(wants []statsWant, figures map[string]*nodeapi.PodStats, node str
 // what int64 holds stays at its maximum rather than turning negative.
 func replicaFigures(rs *sandboxv1alpha1.SandboxReplicaStats, ps *nodeapi.PodStats) {
 	rs.Timestamp = metav1.NewTime(ps.Timestamp)
-	rs.Window = metav1.Duration{Duration: ps.Window}
+	// Milliseconds, as metrics.k8s.io answers a window: the nanoseconds of two reads are noise.
+	rs.Window = metav1.Duration{Duration: ps.Window.Round(time.Millisecond)}
 	if c := ps.CPU; c != nil {
 		rs.CPU = &sandboxv1alpha1.SandboxCPUStats{UsageNanoCores: saturate(c.UsageNanoCores), UsageCoreNanoSeconds: saturate(c.UsageCoreNanoSeconds)}
 	}

@@ -1,6 +1,6 @@
 // Package sandbox is the root of kubectl-sandbox, the kubectl plugin for sandboxes of
 // sandbox.kube-sandbox.io: `kubectl sandbox
-// create|get|list|exec|ps|attach|kill|cp|ls|port-forward|tasks|logs|wait|renew|network|pause|resume|delete`.
+// create|get|list|exec|ps|top|attach|kill|cp|ls|port-forward|tasks|logs|wait|renew|network|pause|resume|delete`.
 package sandbox
 
 import (

@@ -60,11 +60,11 @@ var (
 		working set, by which the kubelet evicts and the kernel OOM-kills; DISK(bytes) what
 		the sandbox wrote to its root filesystem and its disk-backed emptyDir volumes; NET-IN
 		and NET-OUT the bytes its pod's interface received and sent since the pod started;
-		PROCESSES the tasks in its pod's cgroup. -o wide adds MEM-LIMIT (the pod's memory limit), OOM-KILLS (the
-		processes the kernel's OOM killer ended), DENIED (the new outbound connections its
-		egress policy refused), NODE, WINDOW (the span the CPU rate is over) and MESSAGE (why
-		a replica has no figures: no pod now, a node agent that did not answer, or a pod not
-		read yet; its figures show <unknown>).
+		PROCESSES the tasks in its pod's cgroup. -o wide adds MEM-LIMIT (the pod's memory
+		limit), OOM-KILLS (the processes the kernel's OOM killer ended), DENIED (the new
+		outbound connections its egress policy refused), NODE, WINDOW (the span the CPU rate
+		is over) and MESSAGE (why a replica has no figures: no pod now, a node agent that did
+		not answer, or a pod not read yet; its figures show <unknown>).
 
 		--sort-by=cpu or --sort-by=memory orders the rows, largest first, as 'kubectl top'
 		does; <unknown> comes last. Use -o json or -o yaml for the SandboxStats (of a named
