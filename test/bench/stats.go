@@ -53,7 +53,7 @@ func (b *bench) stats(ctx context.Context) error {
 
 	fmt.Printf("\n## Usage figures (stats)\n\n%d pods of %s in namespace %s on one node; the node agent samples the pods that serve sandboxes every %s.\n\n",
 		*statsSandboxes, *image, pb.ns, nodeapi.SampleInterval)
-	idleCPU, idleRSS := agentCost(*statsWindow)
+	idle := agentCost(*statsWindow)
 
 	// The same pods, now serving sandboxes.
 	names := make([]string, *statsSandboxes)
@@ -87,15 +87,20 @@ func (b *bench) stats(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the %d sandboxes were not all sampled: %w", len(names), err)
 	}
-	busyCPU, busyRSS := agentCost(*statsWindow)
+	busy := agentCost(*statsWindow)
 
 	fmt.Println("| measurement | with sandboxes | baseline | ratio |")
 	fmt.Println("|---|---|---|---|")
+	perSample := func(busy, idle float64) float64 {
+		return (busy - idle) * 1000 * nodeapi.SampleInterval.Seconds() / float64(*statsSandboxes)
+	}
 	fmt.Printf("| node agent CPU (%d pods; baseline: the same pods idle in the pool, not sampled) | %.1f ms/s | %.1f ms/s | %.2f |\n",
-		*statsSandboxes, busyCPU*1000, idleCPU*1000, busyCPU/max(idleCPU, 1e-9))
-	fmt.Printf("| node agent CPU per sandbox per sample (the difference) | %.3f ms | | |\n",
-		(busyCPU-idleCPU)*1000*nodeapi.SampleInterval.Seconds()/float64(*statsSandboxes))
-	fmt.Printf("| node agent RSS | %.1f MiB | %.1f MiB | %.2f |\n", busyRSS, idleRSS, busyRSS/max(idleRSS, 1e-9))
+		*statsSandboxes, busy.agent*1000, idle.agent*1000, busy.agent/max(idle.agent, 1e-9))
+	fmt.Printf("| node agent CPU per sandbox per sample (the difference) | %.3f ms | | |\n", perSample(busy.agent, idle.agent))
+	fmt.Printf("| containerd CPU (it answers the agent's container lists and snapshot usage) | %.1f ms/s | %.1f ms/s | %.2f |\n",
+		busy.containerd*1000, idle.containerd*1000, busy.containerd/max(idle.containerd, 1e-9))
+	fmt.Printf("| containerd CPU per sandbox per sample (the difference) | %.3f ms | | |\n", perSample(busy.containerd, idle.containerd))
+	fmt.Printf("| node agent RSS | %.1f MiB | %.1f MiB | %.2f |\n", busy.rssMiB, idle.rssMiB, busy.rssMiB/max(idle.rssMiB, 1e-9))
 
 	top := func(ctx context.Context) error {
 		_, err := b.sandboxes.SandboxV1alpha1().RESTClient().Get().Namespace(pb.ns).Resource("sandboxstats").
@@ -128,39 +133,48 @@ func (b *bench) stats(ctx context.Context) error {
 	if costErr != nil {
 		fmt.Printf("\nRequests to the kube-apiserver per top: skipped: %v\n", costErr)
 	} else {
-		var total float64
+		var total, sandboxReads float64
 		var by []string
 		for k, v := range after {
 			if d := v - before[k]; d > 0 {
 				total += d
 				by = append(by, fmt.Sprintf("%s %.0f", k, d))
+				if strings.Contains(k, "sandboxes") || strings.HasPrefix(k, "list pods") {
+					sandboxReads += d
+				}
 			}
 		}
 		sort.Strings(by)
-		fmt.Printf("\nRequests to the kube-apiserver during the %d tops: %.0f (%.2f per top; the bench's own metrics reads included): %s. Each top asks the node agent of each node once.\n",
-			*statsTops, total, total/float64(*statsTops), strings.Join(by, ", "))
+		fmt.Printf("\nRequests to the kube-apiserver during the %d tops: %.2f per top of sandboxes, BatchSandboxes or pod lists (sandbox-apiserver answers from its caches); all requests the cluster made meanwhile, the kubelet's and controllers' included: %.0f (%s). Each top asks the node agent of each node once.\n",
+			*statsTops, sandboxReads/float64(*statsTops), total, strings.Join(by, ", "))
 	}
 	return nil
 }
 
-// agentCost is the node agent's CPU (cores, averaged over window) and resident memory (MiB).
-func agentCost(window time.Duration) (cores, rssMiB float64) {
+// nodeCost is the CPU (cores, averaged over a window) of the node agent and of containerd,
+// and the agent's resident memory (MiB).
+type nodeCost struct{ agent, containerd, rssMiB float64 }
+
+func agentCost(window time.Duration) nodeCost {
 	before := sampleCPU()
 	time.Sleep(window)
 	after := sampleCPU()
-	var ticks uint64
-	for pid, p := range after.procs {
-		if p.comm != "sandbox-node" {
-			continue
+	cores := func(comm string) float64 {
+		var ticks uint64
+		for pid, p := range after.procs {
+			if p.comm != comm {
+				continue
+			}
+			d := p.ticks
+			if b, ok := before.procs[pid]; ok && b.comm == p.comm {
+				d -= min(b.ticks, d)
+			}
+			ticks += d
 		}
-		d := p.ticks
-		if b, ok := before.procs[pid]; ok && b.comm == p.comm {
-			d -= min(b.ticks, d)
-		}
-		ticks += d
+		return float64(ticks) / clockTicks / after.at.Sub(before.at).Seconds()
 	}
 	kib, _ := rssByCommand()
-	return float64(ticks) / clockTicks / after.at.Sub(before.at).Seconds(), float64(kib["sandbox-node"]) / 1024
+	return nodeCost{agent: cores("sandbox-node"), containerd: cores("containerd"), rssMiB: float64(kib["sandbox-node"]) / 1024}
 }
 
 // timeEach runs f n times, one after another, and returns each one's time.
