@@ -382,7 +382,7 @@ func (s *server) run(ctx context.Context) error {
 		health = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 	if s.stats != nil {
-		statsRoutes(srv.Handler.(*http.ServeMux), s.stats, s.node)
+		statsRoutes(ctx, srv.Handler.(*http.ServeMux), s.stats, s.node, h.heartbeat)
 	}
 	var metricsSrv *http.Server
 	var metricsLn net.Listener

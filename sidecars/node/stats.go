@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -21,6 +23,8 @@ import (
 type statsSource interface {
 	Stats(uid string) (nodeapi.PodStats, bool)
 	List() []nodeapi.PodStats
+	// SubscribeOOMs is the OOM kills as events (usage.Sampler.SubscribeOOMs).
+	SubscribeOOMs() (initial []nodeapi.OOMReport, reports <-chan nodeapi.OOMReport, cancel func())
 }
 
 var _ statsSource = &usage.Sampler{}
@@ -29,8 +33,9 @@ var _ statsSource = &usage.Sampler{}
 type runner interface{ Run(ctx context.Context) }
 
 // statsRoutes adds nodeapi's usage endpoints to mux, for sandbox-apiserver and
-// sandbox-controller.
-func statsRoutes(mux *http.ServeMux, src statsSource, node string) {
+// sandbox-controller. The OOM streams end when done does (the agent shuts down), with a
+// heartbeat every heartbeat meanwhile.
+func statsRoutes(done context.Context, mux *http.ServeMux, src statsSource, node string, heartbeat time.Duration) {
 	guard := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, req *http.Request) {
 			if err := authorizeStats(req); err != nil {
@@ -52,10 +57,76 @@ func statsRoutes(mux *http.ServeMux, src statsSource, node string) {
 		}
 		httpjson.Write(w, http.StatusOK, &st)
 	}))
+	mux.HandleFunc("GET "+nodeapi.OOMsPath, func(w http.ResponseWriter, req *http.Request) {
+		// The controller alone tells of OOM kills; the apiserver has the figures.
+		if err := authorize(req); err != nil {
+			klog.V(2).InfoS("Refused an OOM stream", "client", mtls.ClientIdentity(req), "remoteAddr", req.RemoteAddr)
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		}
+		serveOOMs(done, w, req, src, heartbeat)
+	})
 }
 
-// authorizeStats lets sandbox-apiserver (the stats subresource) and sandbox-controller (the
-// peak of an OOM-killed replica) read the figures; no other identity of the kube-sandbox CA.
+// serveOOMs streams the node's OOM kills (nodeapi.OOMsPath) until the client goes, the agent
+// shuts down, or the client falls behind (the sampler dropped it: it connects again and gets
+// the whole state again, which is cheaper than a buffer without bound here).
+func serveOOMs(done context.Context, w http.ResponseWriter, req *http.Request, src statsSource, heartbeat time.Duration) {
+	initial, reports, cancel := src.SubscribeOOMs()
+	defer cancel()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	write := func(line *nodeapi.OOMLine) error {
+		b := []byte("\n")
+		if line != nil {
+			b, _ = json.Marshal(line)
+			b = append(b, '\n')
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	for i := range initial {
+		if write(&nodeapi.OOMLine{Type: nodeapi.OOMReportLine, Report: &initial[i]}) != nil {
+			return
+		}
+	}
+	if write(&nodeapi.OOMLine{Type: nodeapi.OOMSyncedLine}) != nil {
+		return
+	}
+	klog.V(4).InfoS("Streaming OOM kills", "client", mtls.ClientIdentity(req), "remoteAddr", req.RemoteAddr, "pods", len(initial))
+	hb := time.NewTicker(heartbeat)
+	defer hb.Stop()
+	for {
+		var err error
+		select {
+		case <-req.Context().Done():
+			return
+		case <-done.Done():
+			return
+		case r, ok := <-reports:
+			if !ok {
+				klog.V(2).InfoS("Ending an OOM stream that fell behind", "remoteAddr", req.RemoteAddr)
+				return
+			}
+			err = write(&nodeapi.OOMLine{Type: nodeapi.OOMReportLine, Report: &r})
+			hb.Reset(heartbeat)
+		case <-hb.C:
+			err = write(nil)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// authorizeStats lets sandbox-apiserver (the stats subresource) and sandbox-controller read
+// the figures; no other identity of the kube-sandbox CA.
 func authorizeStats(req *http.Request) error {
 	switch who := mtls.ClientIdentity(req); who {
 	case execdapi.APIServerIdentity, execdapi.ControllerIdentity:

@@ -19,6 +19,10 @@ type fakeStats map[string]nodeapi.PodStats
 
 func (f fakeStats) Stats(uid string) (nodeapi.PodStats, bool) { st, ok := f[uid]; return st, ok }
 
+func (f fakeStats) SubscribeOOMs() ([]nodeapi.OOMReport, <-chan nodeapi.OOMReport, func()) {
+	return nil, make(chan nodeapi.OOMReport), func() {}
+}
+
 func (f fakeStats) List() []nodeapi.PodStats {
 	out := []nodeapi.PodStats{}
 	for _, st := range f {

@@ -24,4 +24,9 @@
 // is made; the endpoints and the collector answer from it. It learns of the pods from the
 // egress enforcer's watch of the node's sandbox pods (PodHandler). A figure that cannot be
 // read is left out of the sample, with the reason in its Errors; the others stand.
+//
+// OOM kills are events as well as a figure: SubscribeOOMs gives the pods with kills, then a
+// report at each sample whose count grew, which the agent streams to sandbox-controller
+// (nodeapi.OOMsPath) to tell of each kill on the Sandbox. Sending never waits: a subscriber
+// that falls behind is dropped, and subscribes again for the whole state.
 package usage

@@ -13,6 +13,11 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
+// oomSubscriberBuffer is how many reports a subscriber of OOM kills (SubscribeOOMs) may be
+// behind before it is dropped: far more than the pods of a node whose counts grow in one
+// sample, so only a subscriber that stopped reading is.
+const oomSubscriberBuffer = 256
+
 // DefaultWorkers is how many pods are read at once: a read is a few small files, two
 // containerd calls and a walk of the pod's emptyDirs and writable layer, mostly waiting on
 // the disk and on containerd; more at once would only take the node's cores from its
@@ -33,6 +38,8 @@ type Sampler struct {
 	pods map[string]*podState
 	// seq orders the pods by when they were observed serving their sandbox.
 	seq uint64
+	// oomSubs are the subscribers to OOM kills (SubscribeOOMs).
+	oomSubs map[chan nodeapi.OOMReport]struct{}
 }
 
 // podState is what the sampler keeps of a pod. Guarded by Sampler.mu.
@@ -124,16 +131,72 @@ func (s *Sampler) record(st *podState, stats *nodeapi.PodStats) bool {
 		}
 		st.cpu, st.cpuAt, st.haveCPU = cur, stats.Timestamp, true
 	}
+	grew := false
 	if stats.Memory != nil {
+		before := st.oomBase + st.oomRaw
 		raw := stats.Memory.OOMKills
 		if raw < st.oomRaw {
 			st.oomBase += st.oomRaw - raw
 		}
 		st.oomRaw = raw
 		stats.Memory.OOMKills = st.oomBase + raw
+		grew = stats.Memory.OOMKills > before
 	}
 	st.last = stats
+	if grew {
+		s.publishOOMLocked(stats)
+	}
 	return true
+}
+
+// publishOOMLocked tells the subscribers of a pod whose count grew. It never waits: a
+// subscriber that has no room left is dropped (its channel closed), so that no reader, slow
+// or gone, holds up the sampling of the node; it subscribes again and gets the whole state.
+func (s *Sampler) publishOOMLocked(stats *nodeapi.PodStats) {
+	r, ok := nodeapi.OOMReportOf(stats)
+	if !ok {
+		return
+	}
+	for ch := range s.oomSubs {
+		select {
+		case ch <- r:
+		default:
+			klog.InfoS("Dropping a subscriber to OOM kills that fell behind", "buffer", oomSubscriberBuffer)
+			delete(s.oomSubs, ch)
+			close(ch)
+		}
+	}
+}
+
+// SubscribeOOMs is the node's OOM kills as events: initial holds the last sample of every pod
+// whose count is above 0 (by namespace and pod name), and reports then gets a report at each
+// sample whose count grew, from the sample after those of initial, so that none is missed or
+// told twice. reports is closed by cancel, or when the subscriber fell behind (it was dropped:
+// subscribe again). cancel may be called more than once.
+func (s *Sampler) SubscribeOOMs() (initial []nodeapi.OOMReport, reports <-chan nodeapi.OOMReport, cancel func()) {
+	ch := make(chan nodeapi.OOMReport, oomSubscriberBuffer)
+	s.mu.Lock()
+	for _, st := range s.pods {
+		if r, ok := nodeapi.OOMReportOf(st.last); ok && r.OOMKills > 0 {
+			initial = append(initial, r)
+		}
+	}
+	if s.oomSubs == nil {
+		s.oomSubs = map[chan nodeapi.OOMReport]struct{}{}
+	}
+	s.oomSubs[ch] = struct{}{}
+	s.mu.Unlock()
+	slices.SortFunc(initial, func(a, b nodeapi.OOMReport) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.PodUID, b.PodUID))
+	})
+	return initial, ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, ok := s.oomSubs[ch]; ok {
+			delete(s.oomSubs, ch)
+			close(ch)
+		}
+	}
 }
 
 // Observe tells the sampler of a pod that serves a sandbox (again, or with other labels).

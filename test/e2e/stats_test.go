@@ -59,29 +59,8 @@ func TestStats(t *testing.T) {
 
 func testStats(t *testing.T, runtimeClass, webIP string, scraper *metricsScraper) {
 	ns := newNamespace(t)
-	rc := ""
-	if runtimeClass != "" {
-		rc = "      runtimeClassName: " + runtimeClass + "\n"
-	}
-	manifest := fmt.Sprintf(`apiVersion: sandbox.kube-sandbox.io/v1alpha1
-kind: Sandbox
-metadata: {name: usage}
-spec:
-  timeoutSeconds: 1800
-  networkPolicy:
-    defaultAction: Deny
-    egress:
-    - {action: Allow, to: "%s"}
-  template:
-    spec:
-%s      containers:
-      - name: sandbox
-        image: %s
-        imagePullPolicy: Never
-        resources:
-          requests: {cpu: 10m, memory: 32Mi}
-          limits: {memory: %d}
-`, webIP, rc, pythonImage, statsMemoryLimit)
+	policy := fmt.Sprintf("  networkPolicy:\n    defaultAction: Deny\n    egress:\n    - {action: Allow, to: %q}\n", webIP)
+	manifest := limitedSandbox("usage", runtimeClass, fmt.Sprint(statsMemoryLimit), policy)
 	if r := run(t, []byte(manifest), "kubectl", "-n", ns, "create", "-f", "-"); r.code != 0 {
 		t.Fatalf("create sandbox: exit %d: %s", r.code, r.stderr)
 	}
@@ -182,6 +161,30 @@ spec:
 	})
 }
 
+// limitedSandbox is a Sandbox of the Python image in runtimeClass ("": the node's default) with
+// the memory limit limit, and spec lines extra (indented as spec's fields).
+func limitedSandbox(name, runtimeClass, limit, extra string) string {
+	rc := ""
+	if runtimeClass != "" {
+		rc = "      runtimeClassName: " + runtimeClass + "\n"
+	}
+	return fmt.Sprintf(`apiVersion: sandbox.kube-sandbox.io/v1alpha1
+kind: Sandbox
+metadata: {name: %s}
+spec:
+  timeoutSeconds: 1800
+%s  template:
+    spec:
+%s      containers:
+      - name: sandbox
+        image: %s
+        imagePullPolicy: Never
+        resources:
+          requests: {cpu: 10m, memory: 32Mi}
+          limits: {memory: %s}
+`, name, extra, rc, pythonImage, limit)
+}
+
 func runtimeName(class string) string {
 	if class == "" {
 		return "runc"
@@ -268,4 +271,67 @@ func (m *metricsScraper) series(t *testing.T, ns, sandbox string) []string {
 		}
 	}
 	return out
+}
+
+// TestOOMKilled: a sandbox whose code runs out of memory, under runc and gVisor, gets a Warning
+// Event OOMKilled that names its limit and its peak, and the condition OOMKilled; its figures
+// count the kill, and the sandbox goes on serving. Under runc on cgroup v1 only the process
+// dies and the pod's status says nothing: the node agent's count is what tells.
+func TestOOMKilled(t *testing.T) {
+	for _, rt := range runtimes {
+		t.Run(rt.name, func(t *testing.T) { testOOMKilled(t, rt.class) })
+	}
+}
+
+func testOOMKilled(t *testing.T, runtimeClass string) {
+	ns := newNamespace(t)
+	manifest := limitedSandbox("hog", runtimeClass, "256Mi", "")
+	if r := run(t, []byte(manifest), "kubectl", "-n", ns, "create", "-f", "-"); r.code != 0 {
+		t.Fatalf("create sandbox: exit %d: %s", r.code, r.stderr)
+	}
+	waitSandboxRunning(t, ns, 120*time.Second, "hog")
+	// Detached: under gVisor the kernel kills the sentry, and with it the pod's network, which an
+	// exec stream would wait on.
+	mustSandboxCmd(t, ns, "exec", "hog", "--detach", "--", "python3", "-c", "b = b'x' * (400 << 20)")
+
+	type event struct {
+		Type, Reason, Message string
+		InvolvedObject        struct{ Kind, Name string } `json:"involvedObject"`
+	}
+	var got event
+	waitFor(t, "a Warning Event OOMKilled on the sandbox", 90*time.Second, func() (bool, string) {
+		var list struct{ Items []event }
+		getJSON(t, &list, "-n", ns, "get", "events", "--field-selector", "reason=OOMKilled")
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind == "Sandbox" && e.InvolvedObject.Name == "hog" {
+				got = e
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", list.Items)
+	})
+	t.Logf("%s: %s %s: %s", runtimeName(runtimeClass), got.Type, got.Reason, got.Message)
+	if got.Type != "Warning" || !strings.Contains(got.Message, "256Mi") || !strings.Contains(got.Message, "peak") ||
+		strings.Contains(got.Message, "peak unknown") {
+		t.Errorf("event %+v: want a Warning naming the limit 256Mi and the peak", got)
+	}
+	cond := mustKubectl(t, "-n", ns, "get", "sandbox", "hog", "-o", `jsonpath={.status.conditions[?(@.type=="OOMKilled")].status} {.status.conditions[?(@.type=="OOMKilled")].reason}`)
+	if cond != "True OOMKilled" {
+		t.Errorf("condition OOMKilled: %q, want True OOMKilled", cond)
+	}
+
+	// The figures count the kill, and the sandbox serves again.
+	waitSandboxRunning(t, ns, 120*time.Second, "hog")
+	waitFor(t, "the kill in the figures", 60*time.Second, func() (bool, string) {
+		s := sandboxStats(t, ns, "hog")
+		if len(s.Replicas) != 1 || s.Replicas[0].Memory == nil {
+			return false, fmt.Sprintf("%+v", s.Replicas)
+		}
+		m := s.Replicas[0].Memory
+		return m.OOMKills >= 1 && m.LimitBytes == 256<<20, fmt.Sprintf("%+v", m)
+	})
+	waitFor(t, "an exec after the kill", 60*time.Second, func() (bool, string) {
+		r := sandboxCmd(t, ns, "exec", "hog", "--", "true")
+		return r.code == 0, r.stderr
+	})
 }

@@ -1,85 +1,87 @@
 package batchsandbox
 
 import (
-	"context"
 	"fmt"
-	"net/http"
+	"slices"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/log"
+	"k8s.io/apimachinery/pkg/types"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/oomwatch"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
-	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeclient"
 )
 
 // OOM kills.
 //
-// A replica's sandbox container that the kernel's OOM killer ends is told of once: a Warning
-// Event (OOMKilled) on the Sandbox, the condition OOMKilled with the latest kill, and, when the
-// replica runs a task, the reason of the attempt that died with the container. What was told is
-// recorded in status.oomKills, one entry per replica, so that neither another reconcile nor a
-// restarted controller tells it again.
+// Each OOM kill of a replica is told of once: a Warning Event (OOMKilled) on the Sandbox naming
+// the replica, its pod, how many processes died, the memory limit and the peak; the condition
+// OOMKilled with the latest kill; and, when it ended the container a task's attempt ran in,
+// that attempt's reason. What was told is recorded in status.oomKills, one entry per replica,
+// so that neither another reconcile nor a restarted controller tells it again.
 //
-// The kill is read from the pod's status, which the controller watches anyway: the sandbox
-// container's state or lastState terminated with reason OOMKilled. What that covers:
-//   - runc on cgroup v2: the kubelet makes each container's cgroup one OOM group
-//     (memory.oom.group), so a process that runs out of memory takes the whole container, execd
-//     and every process with it; the container restarts, its lastState OOMKilled.
-//   - gVisor: the kernel kills the sentry, which holds the memory of every process of the
-//     sandbox; the pod sandbox is made again (with a new IP), and the container's lastState is
-//     OOMKilled (seen on the local cluster, cgroup v1 and containerd 1.6).
-//   - runc on cgroup v1 (no OOM groups): only the largest process dies, execd lives on, and the
-//     pod's status says nothing until the container ends for whatever reason, which containerd
-//     then calls OOMKilled (it remembers the kill), at the time of that end. Such a kill is
-//     told only then; the node agent's oom_kill counter (PodStats.Memory.OOMKills) would tell
-//     it at once.
+// The count is the node agent's (PodStats.Memory.OOMKills: the processes the kernel's OOM
+// killer ended in the pod's cgroup, v1 or v2, under runc or gVisor), which the agent streams to
+// the controller (package oomwatch) at the sample that sees it grow: the new kills of a replica
+// are the agent's count for its current pod less what status.oomKills recorded for that pod
+// (a new pod starts at 0). That covers what the pod's status misses:
+//   - runc on cgroup v1 (no OOM groups): only the largest process dies; execd and the
+//     container live on, and the pod's status says nothing.
+//   - runc on cgroup v2: the container is one OOM group (memory.oom.group), so the whole of it
+//     dies; the status shows one container killed, the count every process.
+//   - gVisor: the kernel kills the sentry; the pod sandbox is made again and the status shows
+//     the container OOMKilled, usually before the agent's next sample counts the kill.
 //
-// The peak is the pod cgroup's (PodStats.Memory.PeakBytes), which outlives the container's
-// restart. The node agent answers from its last sample: a sample read before the kill does not
-// hold the peak, so the kill waits for the next sample (a deadline, not a poll), and is told
-// without a peak when the agent does not answer or after maxPeakWait.
+// The pod's status is kept for what the count cannot say: which container died (the Event and
+// a task's reason), and, as a fallback, a kill the agent does not report (unreachable, or a pod
+// that failed, which the agent forgets at once). A container kill in the status and the count
+// are one kill, never two:
+//   - a kill whose finishedAt is at or before status.oomKills' time (the latest kill told, or
+//     the sample that counted it: every kill counted came before its sample) is told already;
+//   - a fresh container kill waits, up to agentWait, for the agent's count to grow, and is
+//     then told with it in one Event (a deadline, not a poll: the stream's report enqueues the
+//     sandbox when it comes);
+//   - if the count does not grow in time, or the pod failed, it is told from the status alone,
+//     and counted as one of the agent's kills of the pod, so that the agent's later count of
+//     it (gVisor: one) is no news. A cgroup-v2 container of N processes told so is told again
+//     for its other N-1 when its count comes.
+//
+// A kill the agent counted while its stream was down is told when the stream comes back: its
+// initial state holds every pod with a kill, and the difference is what is new.
 
-const (
-	// peakTimeout bounds the question to the node agent: a kill is told without its peak
-	// rather than late.
-	peakTimeout = 2 * time.Second
-	// peakSampleMargin is added to the agent's next sample time: the read of a node's pods
-	// takes a moment.
-	peakSampleMargin = time.Second
-	// maxPeakWait is how long after a kill it waits for a sample that holds the peak: two of
-	// the agent's sample intervals, so that one missed sample does not lose the peak.
-	maxPeakWait = 2 * nodeapi.SampleInterval
-)
+// agentWait is how long a container kill in the pod's status waits for the node agent to
+// count it: two of its samples, so that one missed sample does not tell the kill twice, and a
+// second for finishedAt's whole seconds.
+const agentWait = 2*nodeapi.SampleInterval + time.Second
 
-// PodStatsReader reads a pod's usage from the node agent of its node (nodeclient.Stats).
-type PodStatsReader interface {
-	Pod(ctx context.Context, hostIP, uid string) (*nodeapi.PodStats, error)
+// OOMReports is what the node agents reported last of the pods with kills (oomwatch.Watcher).
+type OOMReports interface {
+	// Sync says which node addresses the sandbox's pods are on (nil: none).
+	Sync(sandbox types.NamespacedName, hostIPs []string)
+	// Report is the latest report of the pod on the node at hostIP.
+	Report(hostIP string, uid types.UID) (nodeapi.OOMReport, bool)
 }
 
-var _ PodStatsReader = &nodeclient.Stats{}
+var _ OOMReports = &oomwatch.Watcher{}
 
-// oomKill is an OOM kill of a replica's sandbox container, as its pod's status tells it.
+// oomKill is a telling of kills of a replica's pod.
 type oomKill struct {
 	replica int32
 	pod     *corev1.Pod
-	// containerID and at (the container's finishedAt) identify the kill.
+	// containerID is the sandbox container the kill ended, if the pod's status shows one.
 	containerID string
-	at          metav1.Time
-	// limitBytes is the container's memory limit, else the pod's; 0: none.
-	limitBytes int64
-}
-
-// peakAnswer is what the node agent answered for the pod of a kill.
-type peakAnswer struct {
-	stats *nodeapi.PodStats
-	err   error
+	// at is when the kill was seen (OOMKillStatus.Time).
+	at metav1.Time
+	// processes the agent counted (0: unknown, told from the status alone); podKills is the
+	// agent's count of the pod once this is told.
+	processes             int64
+	podKills              int64
+	limitBytes, peakBytes int64
 }
 
 // sandboxContainerStatus is the status of the pod's sandbox container (its first), or nil.
@@ -134,13 +136,16 @@ func memoryLimit(pod *corev1.Pod) int64 {
 	return 0
 }
 
-// planOOMKills is the OOM kills the status has not told of yet, in replica order: of each
-// replica, the latest its pods tell of, if it is neither the one status.oomKills holds nor
-// older. Not counted: a pod being deleted (its container's end is the deletion's), and a kill
-// before the sandbox existed (a pool pod's while it was idle).
-func planOOMKills(obs *observed) []oomKill {
+// oomReportFunc is the latest report of the node agent of a pod, if any.
+type oomReportFunc func(pod *corev1.Pod) (nodeapi.OOMReport, bool)
+
+// planOOMKills says, of each replica's current pod (its newest not being deleted: a pod being
+// deleted ends by its deletion), what kills to tell now, in replica order, and how long until a
+// container kill that waits for the agent's count is told without it (0: none waits). See the
+// package's comment on OOM kills for the rules.
+func planOOMKills(obs *observed, reports oomReportFunc, now time.Time) (tell []oomKill, requeueAfter time.Duration) {
 	bs := obs.bs
-	latest := map[int32]oomKill{}
+	current := map[int32]*corev1.Pod{}
 	for i := range obs.pods {
 		pod := &obs.pods[i]
 		if pod.DeletionTimestamp != nil {
@@ -150,128 +155,147 @@ func planOOMKills(obs *observed) []oomKill {
 		if err != nil || idx < 0 {
 			continue
 		}
-		t := lastOOMKill(pod)
-		if t == nil || t.FinishedAt.Before(&bs.CreationTimestamp) {
+		if prev, ok := current[int32(idx)]; ok && (pod.CreationTimestamp.Before(&prev.CreationTimestamp) ||
+			pod.CreationTimestamp.Equal(&prev.CreationTimestamp) && pod.Name < prev.Name) {
 			continue
 		}
-		if prev, ok := latest[int32(idx)]; ok && !prev.at.Before(&t.FinishedAt) {
-			continue
-		}
-		latest[int32(idx)] = oomKill{replica: int32(idx), pod: pod, containerID: t.ContainerID, at: t.FinishedAt, limitBytes: memoryLimit(pod)}
+		current[int32(idx)] = pod
 	}
-	var fresh []oomKill
-	for i, k := range latest {
-		if rec := oomKillOf(bs, i); rec != nil && (rec.ContainerID == k.containerID || k.at.Before(&rec.Time)) {
-			continue // told already; or older than what was (a replaced pod's)
-		}
-		fresh = append(fresh, k)
+	replicas := make([]int32, 0, len(current))
+	for i := range current {
+		replicas = append(replicas, i)
 	}
-	sort.Slice(fresh, func(a, b int) bool { return fresh[a].replica < fresh[b].replica })
-	return fresh
+	slices.Sort(replicas)
+	for _, i := range replicas {
+		k, wait := planReplicaOOM(bs, i, current[i], reports, now)
+		if k != nil {
+			tell = append(tell, *k)
+		}
+		if wait > 0 && (requeueAfter == 0 || wait < requeueAfter) {
+			requeueAfter = wait
+		}
+	}
+	return tell, requeueAfter
 }
 
-// planPeaks says, given the node agent's answers for the pods of the fresh kills, which kills
-// are told now, with their peak (by replica; 0: unknown), and when to look again for those
-// that wait for the agent's next sample (0: none waits):
-//   - no answer (an error, a pod the agent does not know, no memory figure): told without;
-//   - a sample read after the kill: told with its peak;
-//   - a sample read before the kill: the kill waits for the next sample, but no longer than
-//     maxPeakWait after the kill, and is then told without.
-func planPeaks(fresh []oomKill, answers map[int32]peakAnswer, now time.Time) (tell []oomKill, peaks map[int32]int64, requeueAfter time.Duration) {
-	peaks = map[int32]int64{}
-	for _, k := range fresh {
-		a := answers[k.replica]
-		if a.err != nil || a.stats == nil || a.stats.Memory == nil || a.stats.Memory.PeakBytes == 0 {
-			tell = append(tell, k)
-			continue
-		}
-		// finishedAt has whole seconds: the kill came before the second after it. A sample
-		// with no time (against the contract) is taken as it is.
-		if a.stats.Timestamp.IsZero() || !a.stats.Timestamp.Before(k.at.Add(time.Second)) {
-			peaks[k.replica] = int64(a.stats.Memory.PeakBytes)
-			tell = append(tell, k)
-			continue
-		}
-		deadline := k.at.Add(maxPeakWait)
-		if !now.Before(deadline) {
-			tell = append(tell, k)
-			continue
-		}
-		next := a.stats.Timestamp.Add(nodeapi.SampleInterval + peakSampleMargin)
-		if next.After(deadline) || !next.After(now) {
-			next = deadline
-		}
-		if d := next.Sub(now); requeueAfter == 0 || d < requeueAfter {
-			requeueAfter = d
-		}
+// planReplicaOOM is planOOMKills for one replica's pod.
+func planReplicaOOM(bs *controlv1alpha1.BatchSandbox, replica int32, pod *corev1.Pod, reports oomReportFunc, now time.Time) (*oomKill, time.Duration) {
+	rec := oomKillOf(bs, replica)
+	rep, reported := reports(pod)
+	k, wait := planPodOOM(bs, rec, pod, rep, reported, now)
+	// The time told until never goes back: a kill at or before it is one told already.
+	if k != nil && rec != nil && k.at.Before(&rec.Time) {
+		k.at = rec.Time
 	}
-	return tell, peaks, requeueAfter
+	if k != nil {
+		k.replica = replica
+	}
+	return k, wait
 }
 
-// oomResult is what a reconcile found of OOM kills: those to tell now, with their peaks.
+// planPodOOM is planReplicaOOM for the replica's pod, given its record rec (nil: none) and
+// the agent's report (if reported).
+func planPodOOM(bs *controlv1alpha1.BatchSandbox, rec *controlv1alpha1.OOMKillStatus, pod *corev1.Pod,
+	rep nodeapi.OOMReport, reported bool, now time.Time) (*oomKill, time.Duration) {
+	// told is the agent's count of this pod's kills told already: a new pod starts at 0.
+	var told int64
+	if rec != nil && rec.PodUID == string(pod.UID) {
+		told = rec.PodOOMKills
+	}
+	counted := int64(0)
+	if reported {
+		counted = int64(rep.OOMKills)
+	}
+	// A container kill in the status that is no kill told already, nor older than the
+	// sandbox (a pool pod's while it was idle).
+	var fresh *corev1.ContainerStateTerminated
+	if t := lastOOMKill(pod); t != nil && !t.FinishedAt.Before(&bs.CreationTimestamp) && (rec == nil || t.FinishedAt.After(rec.Time.Time)) {
+		fresh = t
+	}
+	k := &oomKill{pod: pod, podKills: told, limitBytes: memoryLimit(pod)}
+	if reported {
+		if rep.LimitBytes > 0 {
+			k.limitBytes = int64(rep.LimitBytes)
+		}
+		k.peakBytes = int64(rep.PeakBytes)
+	}
+	if counted > told {
+		k.processes, k.podKills = counted-told, counted
+		k.at = metav1.NewTime(rep.Timestamp).Rfc3339Copy()
+		if fresh == nil || !fresh.FinishedAt.After(rep.Timestamp) {
+			// The container's kill came before the sample: it is among those counted.
+			if fresh != nil {
+				k.containerID = fresh.ContainerID
+				if k.at.Before(&fresh.FinishedAt) {
+					k.at = fresh.FinishedAt
+				}
+			}
+			return k, 0
+		}
+	}
+	if fresh == nil {
+		return nil, 0
+	}
+	if deadline := fresh.FinishedAt.Add(agentWait); now.Before(deadline) && !podDone(pod) {
+		if k.processes > 0 {
+			// The count grew for earlier kills: those are told now, the container's waits.
+			return k, deadline.Sub(now)
+		}
+		return nil, deadline.Sub(now)
+	}
+	// Told from the status: the agent did not count it in time, or never will (it forgets a
+	// pod that failed). It counts as one of the pod's kills, so that the agent's later count
+	// of it is no news.
+	k.containerID, k.podKills = fresh.ContainerID, k.podKills+1
+	if k.processes > 0 {
+		k.processes++
+	}
+	if !reported || rep.Timestamp.Before(fresh.FinishedAt.Time) {
+		k.peakBytes = 0 // a sample before the kill: not its peak
+	}
+	k.at = fresh.FinishedAt
+	return k, 0
+}
+
+// podDone tells whether the pod ended: the node agent forgets it, and counts nothing more.
+func podDone(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
+}
+
+// oomResult is what a reconcile found of OOM kills: those to tell now.
 type oomResult struct {
-	tell  []oomKill
-	peaks map[int32]int64
-	// requeueAfter > 0: a kill waits for the node agent's next sample.
+	tell []oomKill
+	// requeueAfter > 0: a container kill waits for the node agent's count.
 	requeueAfter time.Duration
 }
 
-// oomKills finds the kills to tell (planOOMKills) and asks the node agent of each one's pod
-// for the peak (planPeaks).
-func (r *Reconciler) oomKills(ctx context.Context, obs *observed) *oomResult {
-	fresh := planOOMKills(obs)
-	if len(fresh) == 0 {
+// oomKills says which node agents' streams the sandbox needs (those of its pods' nodes), and
+// finds the kills to tell (planOOMKills) from their latest reports.
+func (r *Reconciler) oomKills(obs *observed) *oomResult {
+	reports := func(*corev1.Pod) (nodeapi.OOMReport, bool) { return nodeapi.OOMReport{}, false }
+	if r.OOMs != nil {
+		reports = func(pod *corev1.Pod) (nodeapi.OOMReport, bool) { return r.OOMs.Report(pod.Status.HostIP, pod.UID) }
+	}
+	tell, requeueAfter := planOOMKills(obs, reports, r.now())
+	if len(tell) == 0 && requeueAfter == 0 {
 		return nil
 	}
-	answers := r.readPeaks(ctx, fresh)
-	tell, peaks, requeueAfter := planPeaks(fresh, answers, r.now())
-	return &oomResult{tell: tell, peaks: peaks, requeueAfter: requeueAfter}
+	return &oomResult{tell: tell, requeueAfter: requeueAfter}
 }
 
-// readPeaks asks the node agent of each kill's pod for the pod's usage, a few at once.
-func (r *Reconciler) readPeaks(ctx context.Context, kills []oomKill) map[int32]peakAnswer {
-	stats := r.podStats()
-	var (
-		mu  sync.Mutex
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, parallelWrites)
-		out = make(map[int32]peakAnswer, len(kills))
-	)
-	for _, k := range kills {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(ctx, peakTimeout)
-			defer cancel()
-			var a peakAnswer
-			if k.pod.Status.HostIP == "" {
-				a.err = fmt.Errorf("pod %s has no node address", k.pod.Name)
-			} else {
-				a.stats, a.err = stats.Pod(ctx, k.pod.Status.HostIP, string(k.pod.UID))
-			}
-			if a.err != nil {
-				log.FromContext(ctx).V(2).Info("no peak for an OOM kill", "pod", k.pod.Name, "replica", k.replica, "err", a.err)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			out[k.replica] = a
-		})
+// syncOOMNodes tells the OOM watcher the node addresses of the sandbox's pods (none once it
+// has none).
+func (r *Reconciler) syncOOMNodes(bs *controlv1alpha1.BatchSandbox, pods []corev1.Pod) {
+	if r.OOMs == nil {
+		return
 	}
-	wg.Wait()
-	return out
-}
-
-// podStats is the PodStatsReader, made once with the Authority's credentials unless given.
-func (r *Reconciler) podStats() PodStatsReader {
-	if r.Stats != nil {
-		return r.Stats
+	var addrs []string
+	for i := range pods {
+		if pods[i].DeletionTimestamp == nil && pods[i].Status.HostIP != "" && !slices.Contains(addrs, pods[i].Status.HostIP) {
+			addrs = append(addrs, pods[i].Status.HostIP)
+		}
 	}
-	r.statsOnce.Do(func() {
-		r.defaultStats = &nodeclient.Stats{Client: &http.Client{Timeout: peakTimeout,
-			// A kill is rare: one idle connection per node is plenty.
-			Transport: nodeclient.NewTransport(r.Authority, peakTimeout, 1)}}
-	})
-	return r.defaultStats
+	r.OOMs.Sync(types.NamespacedName{Namespace: bs.Namespace, Name: bs.Name}, addrs)
 }
 
 // applyOOMKills records the kills told now in status.oomKills, sets the condition OOMKilled
@@ -285,8 +309,13 @@ func applyOOMKills(bs *controlv1alpha1.BatchSandbox, status *controlv1alpha1.Bat
 	var events []sandboxEvent
 	if res != nil {
 		for _, k := range res.tell {
-			rec := controlv1alpha1.OOMKillStatus{Replica: k.replica, Pod: k.pod.Name, ContainerID: k.containerID, Time: k.at,
-				Count: records[k.replica].Count + 1, LimitBytes: k.limitBytes, PeakBytes: res.peaks[k.replica]}
+			n := int32(k.processes)
+			if n == 0 {
+				n = 1
+			}
+			rec := controlv1alpha1.OOMKillStatus{Replica: k.replica, Pod: k.pod.Name, PodUID: string(k.pod.UID), ContainerID: k.containerID,
+				Time: k.at, Processes: int32(k.processes), Count: records[k.replica].Count + n, PodOOMKills: k.podKills,
+				LimitBytes: k.limitBytes, PeakBytes: k.peakBytes}
 			records[k.replica] = rec
 			events = append(events, sandboxEvent{eventType: corev1.EventTypeWarning, reason: controlv1alpha1.ReasonOOMKilled,
 				action: "Observe", message: oomText(rec)})
@@ -309,7 +338,7 @@ func applyOOMKills(bs *controlv1alpha1.BatchSandbox, status *controlv1alpha1.Bat
 		}
 	}
 	msg := oomText(latest)
-	if total > 1 {
+	if total > max(latest.Processes, 1) {
 		msg += fmt.Sprintf(" (%d OOM kills in all)", total)
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: controlv1alpha1.ConditionOOMKilled, Status: metav1.ConditionTrue,
@@ -317,7 +346,10 @@ func applyOOMKills(bs *controlv1alpha1.BatchSandbox, status *controlv1alpha1.Bat
 	return events
 }
 
-// oomText tells of a kill, for the Event and the condition.
+// oomText tells of a kill, for the Event and the condition: "replica 0 (pod p) was OOM-killed
+// at T" when its container died, "replica 0 (pod p): the OOM killer ended a process by T"
+// when it lived on (T is then the sample that counted it), with the number of processes when
+// more than one died, the limit and the peak.
 func oomText(rec controlv1alpha1.OOMKillStatus) string {
 	limit, peak := "no memory limit", "peak unknown"
 	if rec.LimitBytes > 0 {
@@ -326,7 +358,19 @@ func oomText(rec controlv1alpha1.OOMKillStatus) string {
 	if rec.PeakBytes > 0 {
 		peak = "peak " + formatBytes(rec.PeakBytes)
 	}
-	return fmt.Sprintf("replica %d (pod %s) was OOM-killed at %s: %s, %s", rec.Replica, rec.Pod, rec.Time.UTC().Format(time.RFC3339), limit, peak)
+	at := rec.Time.UTC().Format(time.RFC3339)
+	var what string
+	switch {
+	case rec.ContainerID != "" && rec.Processes > 1:
+		what = fmt.Sprintf("replica %d (pod %s) was OOM-killed at %s, %d processes with it", rec.Replica, rec.Pod, at, rec.Processes)
+	case rec.ContainerID != "":
+		what = fmt.Sprintf("replica %d (pod %s) was OOM-killed at %s", rec.Replica, rec.Pod, at)
+	case rec.Processes > 1:
+		what = fmt.Sprintf("replica %d (pod %s): the OOM killer ended %d processes by %s", rec.Replica, rec.Pod, rec.Processes, at)
+	default:
+		what = fmt.Sprintf("replica %d (pod %s): the OOM killer ended a process by %s", rec.Replica, rec.Pod, at)
+	}
+	return what + ": " + limit + ", " + peak
 }
 
 // taskOOMKill tells, for a replica's task (tasks.Observation.OOMKill), of the OOM kill that

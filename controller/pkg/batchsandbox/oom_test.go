@@ -1,13 +1,12 @@
 package batchsandbox
 
 import (
-	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -20,30 +19,43 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeapi"
 )
 
-// fakeStats stands in for the node agents: it answers every pod with peak, sampled at
-// sampled, or with err, and counts the questions.
-type fakeStats struct {
+// fakeOOMs stands in for the OOM watcher: the reports the test sets, and the node addresses
+// each sandbox asked for.
+type fakeOOMs struct {
 	mu      sync.Mutex
-	peak    uint64
-	sampled time.Time
-	err     error
-	asked   []string // "HOSTIP UID"
+	reports map[types.UID]nodeapi.OOMReport
+	needs   map[types.NamespacedName][]string
 }
 
-func (f *fakeStats) Pod(_ context.Context, hostIP, uid string) (*nodeapi.PodStats, error) {
+func newFakeOOMs() *fakeOOMs {
+	return &fakeOOMs{reports: map[types.UID]nodeapi.OOMReport{}, needs: map[types.NamespacedName][]string{}}
+}
+
+func (f *fakeOOMs) Sync(sandbox types.NamespacedName, hostIPs []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.asked = append(f.asked, hostIP+" "+uid)
-	if f.err != nil {
-		return nil, f.err
+	if len(hostIPs) == 0 {
+		delete(f.needs, sandbox)
+		return
 	}
-	return &nodeapi.PodStats{PodUID: uid, Timestamp: f.sampled, Memory: &nodeapi.MemoryStats{PeakBytes: f.peak, OOMKills: 1}}, nil
+	f.needs[sandbox] = hostIPs
 }
 
-func (f *fakeStats) questions() int {
+func (f *fakeOOMs) Report(hostIP string, uid types.UID) (nodeapi.OOMReport, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.asked)
+	r, ok := f.reports[uid]
+	return r, ok && hostIP == "192.168.0.1"
+}
+
+func (f *fakeOOMs) set(uid types.UID, r *nodeapi.OOMReport) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r == nil {
+		delete(f.reports, uid)
+		return
+	}
+	f.reports[uid] = *r
 }
 
 // oomEvents are the OOMKilled Events among events.
@@ -57,74 +69,76 @@ func oomEvents(events []string) []string {
 	return out
 }
 
-// TestReconcileTellsOOMKillOnce: a kill is told once, with the node agent's peak, whatever
-// reconciles follow and whether the controller restarted; the next kill is told again.
+// TestReconcileTellsOOMKillOnce: the node agent's count is told once, whatever reconciles
+// follow, whether the controller restarted and whether the agent's stream was away; the
+// sandbox asks for the stream of its pod's node, and for none once it is gone.
 func TestReconcileTellsOOMKillOnce(t *testing.T) {
 	bs := newBatchSandbox(nil)
 	bs.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}
 	h := newHarness(t, nil, bs)
-	stats := &fakeStats{peak: 256 << 20, sampled: killT2.Add(5 * time.Second)}
-	h.r.Stats = stats
+	ooms := newFakeOOMs()
+	h.r.OOMs = ooms
 	h.mustReconcile() // creates demo-0
-	killedAt := func(id string, at time.Time) func(*corev1.PodStatus) {
-		return func(s *corev1.PodStatus) {
-			readyStatus(0)(s)
-			s.HostIP = "192.168.0.1"
-			s.ContainerStatuses[0].ContainerID = "containerd://" + id + "-next"
-			s.ContainerStatuses[0].RestartCount++
-			s.ContainerStatuses[0].LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode: 137, Reason: "OOMKilled", ContainerID: "containerd://" + id, FinishedAt: metav1.NewTime(at)}}
-		}
-	}
-	h.setPodStatus("demo-0", killedAt("first", killT1))
-	uid := string(h.pod("demo-0").UID)
-
+	h.setPodStatus("demo-0", func(s *corev1.PodStatus) {
+		readyStatus(0)(s)
+		s.HostIP = "192.168.0.1"
+	})
+	uid := h.pod("demo-0").UID
 	h.mustReconcile()
-	t1 := killT1.Format(time.RFC3339)
-	checkEvents(t, oomEvents(h.events()), []string{"Warning OOMKilled replica 0 (pod demo-0) was OOM-killed at " + t1 + ": memory limit 256Mi, peak 256Mi"})
-	if stats.questions() != 1 || stats.asked[0] != "192.168.0.1 "+uid {
-		t.Errorf("node agent asked %q, want once for the pod %s on 192.168.0.1", stats.asked, uid)
+	key := types.NamespacedName{Namespace: testNamespace, Name: testName}
+	if diff := cmp.Diff(map[types.NamespacedName][]string{key: {"192.168.0.1"}}, ooms.needs); diff != "" {
+		t.Errorf("streams asked for (-want +got):\n%s", diff)
 	}
+	checkEvents(t, oomEvents(h.events()), nil)
+
+	sample := killT1.Add(4 * time.Second)
+	report := &nodeapi.OOMReport{PodUID: string(uid), Namespace: testNamespace, Pod: "demo-0", Sandbox: testName, OOMKills: 1,
+		LimitBytes: 256 << 20, PeakBytes: 250 << 20, Timestamp: sample}
+	ooms.set(uid, report)
+	h.mustReconcile()
+	t1 := sample.Format(time.RFC3339)
+	checkEvents(t, oomEvents(h.events()), []string{"Warning OOMKilled replica 0 (pod demo-0): the OOM killer ended a process by " + t1 + ": memory limit 256Mi, peak 250Mi"})
 	got := h.batchSandbox().Status
 	c := meta.FindStatusCondition(got.Conditions, controlv1alpha1.ConditionOOMKilled)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != controlv1alpha1.ReasonOOMKilled || !strings.Contains(c.Message, "at "+t1) {
-		t.Errorf("condition OOMKilled = %+v, want True, OOMKilled, the kill at %s", c, t1)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != controlv1alpha1.ReasonOOMKilled || !strings.Contains(c.Message, "by "+t1) {
+		t.Errorf("condition OOMKilled = %+v, want True, OOMKilled, the kill by %s", c, t1)
 	}
-	if len(got.OOMKills) != 1 || got.OOMKills[0].ContainerID != "containerd://first" || got.OOMKills[0].Count != 1 {
-		t.Errorf("status.oomKills = %+v, want the kill of containerd://first, counted once", got.OOMKills)
+	if len(got.OOMKills) != 1 || got.OOMKills[0].PodUID != string(uid) || got.OOMKills[0].PodOOMKills != 1 || got.OOMKills[0].Count != 1 {
+		t.Errorf("status.oomKills = %+v, want the pod's one kill", got.OOMKills)
 	}
 
-	// Seen again, and by a restarted controller: nothing to tell, nothing to ask.
+	// Seen again; by a restarted controller before the stream's initial state, and after:
+	// nothing to tell.
 	h.mustReconcile()
-	h.r = &Reconciler{Client: h.client, Recorder: h.rec, ExecdImage: testExecdImage, Authority: testAuthority(), Certifier: h.certifier, Stats: stats}
+	restarted := newFakeOOMs()
+	h.r = &Reconciler{Client: h.client, Recorder: h.rec, ExecdImage: testExecdImage, Authority: testAuthority(), Certifier: h.certifier, OOMs: restarted}
+	h.mustReconcile()
+	restarted.set(uid, report)
 	h.mustReconcile()
 	checkEvents(t, oomEvents(h.events()), nil)
-	if stats.questions() != 1 {
-		t.Errorf("node agent asked %d times, want once", stats.questions())
-	}
 
-	// The next kill, with an agent that does not answer: told, without its peak.
-	stats.err = errors.New("connection refused")
-	h.setPodStatus("demo-0", killedAt("second", killT2))
+	// Two more while the stream was away, told when it is back.
+	restarted.set(uid, nil)
 	h.mustReconcile()
-	t2 := killT2.Format(time.RFC3339)
-	checkEvents(t, oomEvents(h.events()), []string{"Warning OOMKilled replica 0 (pod demo-0) was OOM-killed at " + t2 + ": memory limit 256Mi, peak unknown"})
-	got = h.batchSandbox().Status
-	if c := meta.FindStatusCondition(got.Conditions, controlv1alpha1.ConditionOOMKilled); c == nil || !strings.HasSuffix(c.Message, "peak unknown (2 OOM kills in all)") {
-		t.Errorf("condition OOMKilled = %+v, want the second kill of two", c)
-	}
-	if len(got.OOMKills) != 1 || got.OOMKills[0].ContainerID != "containerd://second" || got.OOMKills[0].Count != 2 {
-		t.Errorf("status.oomKills = %+v, want the kill of containerd://second, the second", got.OOMKills)
+	later := *report
+	later.OOMKills, later.Timestamp = 3, killT2
+	restarted.set(uid, &later)
+	h.mustReconcile()
+	checkEvents(t, oomEvents(h.events()), []string{"Warning OOMKilled replica 0 (pod demo-0): the OOM killer ended 2 processes by " + killT2.Format(time.RFC3339) +
+		": memory limit 256Mi, peak 250Mi"})
+	if c := meta.FindStatusCondition(h.batchSandbox().Status.Conditions, controlv1alpha1.ConditionOOMKilled); c == nil || !strings.HasSuffix(c.Message, "(3 OOM kills in all)") {
+		t.Errorf("condition OOMKilled = %+v, want three kills in all", c)
 	}
 }
 
-// TestReconcileOOMKillWaitsForSample: a kill the agent's last sample predates is told once the
-// next sample holds its peak, at a deadline, not by polling.
-func TestReconcileOOMKillWaitsForSample(t *testing.T) {
+// TestReconcileOOMKillWaitsForCount: a container kill in the pod's status waits for the node
+// agent's count, at a deadline, not by polling, and is told with it once.
+func TestReconcileOOMKillWaitsForCount(t *testing.T) {
 	h := newHarness(t, nil, newBatchSandbox(nil))
-	h.r.Clock = testingclock.NewFakePassiveClock(killT1.Add(2 * time.Second))
-	stats := &fakeStats{peak: 40 << 20, sampled: killT1.Add(-4 * time.Second)}
-	h.r.Stats = stats
+	clk := testingclock.NewFakePassiveClock(killT1.Add(2 * time.Second))
+	h.r.Clock = clk
+	ooms := newFakeOOMs()
+	h.r.OOMs = ooms
 	h.mustReconcile()
 	h.setPodStatus("demo-0", func(s *corev1.PodStatus) {
 		readyStatus(0)(s)
@@ -136,18 +150,20 @@ func TestReconcileOOMKillWaitsForSample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The agent's next sample: 10 s after its last, and a second's margin.
-	if want := 5 * time.Second; res.RequeueAfter != want {
+	if want := agentWait - 2*time.Second; res.RequeueAfter != want {
 		t.Errorf("RequeueAfter = %v, want %v", res.RequeueAfter, want)
 	}
 	checkEvents(t, oomEvents(h.events()), nil)
 	if got := h.batchSandbox().Status.OOMKills; len(got) != 0 {
-		t.Errorf("status.oomKills = %+v, want none before the peak", got)
+		t.Errorf("status.oomKills = %+v, want none before the count", got)
 	}
 
-	stats.mu.Lock()
-	stats.sampled, stats.peak = killT1.Add(6*time.Second), 256<<20
-	stats.mu.Unlock()
+	uid := h.pod("demo-0").UID
+	ooms.set(uid, &nodeapi.OOMReport{PodUID: string(uid), OOMKills: 1, PeakBytes: 256 << 20, Timestamp: killT1.Add(6 * time.Second)})
+	clk.SetTime(killT1.Add(7 * time.Second))
 	h.mustReconcile()
-	checkEvents(t, oomEvents(h.events()), []string{"Warning OOMKilled replica 0 (pod demo-0) was OOM-killed at " + killT1.Format(time.RFC3339) + ": no memory limit, peak 256Mi"})
+	clk.SetTime(killT1.Add(time.Hour))
+	h.mustReconcile()
+	checkEvents(t, oomEvents(h.events()), []string{"Warning OOMKilled replica 0 (pod demo-0) was OOM-killed at " +
+		killT1.Add(6*time.Second).Format(time.RFC3339) + ": no memory limit, peak 256Mi"})
 }

@@ -1,7 +1,7 @@
 package batchsandbox
 
 import (
-	"errors"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -54,184 +54,168 @@ func memoryLimited(limit string) func(*corev1.Pod) {
 	}
 }
 
-// reported is a sandbox whose status told of the kill of container id of replica 0 at t.
-func reported(bs *controlv1alpha1.BatchSandbox, id string, t time.Time) *controlv1alpha1.BatchSandbox {
-	bs.Status.OOMKills = []controlv1alpha1.OOMKillStatus{{Replica: 0, Pod: "demo-0", ContainerID: id, Time: metav1.NewTime(t), Count: 1,
-		LimitBytes: 256 << 20, PeakBytes: 256 << 20}}
-	return bs
+// oomStep is a reconcile of a sandbox of one replica: its pod as observed, the node agent's
+// latest report of the pod (nil: none, the agent's stream is down or not in sync yet), and the
+// time.
+type oomStep struct {
+	pod    corev1.Pod
+	report *nodeapi.OOMReport
+	now    time.Duration // after killT1
+	// wantEvents are the Events told; wantAfter the wait for a container kill's count.
+	wantEvents []string
+	wantAfter  time.Duration
 }
 
-// killTexts summarizes kills: "REPLICA POD CONTAINER TIME LIMIT".
-func killTexts(kills []oomKill) []string {
-	var out []string
-	for _, k := range kills {
-		out = append(out, fmt.Sprintf("%d %s %s %s %d", k.replica, k.pod.Name, k.containerID, k.at.UTC().Format(time.RFC3339), k.limitBytes))
-	}
-	return out
+// counted is the agent's report of the pod: kills counted by the sample at killT1+at.
+func counted(kills uint64, at time.Duration, uid string) *nodeapi.OOMReport {
+	return &nodeapi.OOMReport{PodUID: uid, Namespace: testNamespace, Pod: "demo-0", Sandbox: testName, OOMKills: kills,
+		LimitBytes: 256 << 20, PeakBytes: 250 << 20, Timestamp: killT1.Add(at)}
 }
 
-func TestPlanOOMKills(t *testing.T) {
-	t1, t2 := killT1.Format(time.RFC3339), killT2.Format(time.RFC3339)
+func withUID(uid string) func(*corev1.Pod) { return func(p *corev1.Pod) { p.UID = types.UID(uid) } }
+
+// TestPlanOOMKillsOverTime: successive reconciles of a sandbox, whose status (written and read
+// back, as the API server keeps it) is all they share, as a restarted controller's would be:
+// each kill is told once, from the node agent's count, with the pod's status where it helps.
+func TestPlanOOMKillsOverTime(t *testing.T) {
+	at := func(d time.Duration) string { return killT1.Add(d).Format(time.RFC3339) }
+	limited := memoryLimited("256Mi")
+	pod := replicaPod(0, limited)
+	killed := replicaPod(0, limited, oomKilledAt("containerd://c1", killT1))
+	const uid = "uid-0"
 	tests := []struct {
-		name string
-		bs   *controlv1alpha1.BatchSandbox
-		pods []corev1.Pod
-		want []string
+		name  string
+		steps []oomStep
 	}{
 		{
-			name: "no kill",
-			bs:   newBatchSandbox(nil),
-			pods: []corev1.Pod{replicaPod(0, memoryLimited("256Mi"))},
-		},
-		{
-			name: "a fresh kill, with the container's limit",
-			bs:   newBatchSandbox(nil),
-			pods: []corev1.Pod{replicaPod(0, memoryLimited("256Mi"), oomKilledAt("containerd://old", killT1))},
-			want: []string{"0 demo-0 containerd://old " + t1 + " 268435456"},
-		},
-		{
-			name: "the same kill seen again",
-			bs:   reported(newBatchSandbox(nil), "containerd://old", killT1),
-			pods: []corev1.Pod{replicaPod(0, memoryLimited("256Mi"), oomKilledAt("containerd://old", killT1))},
-		},
-		{
-			name: "a second kill later",
-			bs:   reported(newBatchSandbox(nil), "containerd://old", killT1),
-			pods: []corev1.Pod{replicaPod(0, memoryLimited("256Mi"), oomKilledAt("containerd://second", killT2))},
-			want: []string{"0 demo-0 containerd://second " + t2 + " 268435456"},
-		},
-		{
-			name: "a container that ended for good (restartPolicy Never), with the pod's limit",
-			bs:   newBatchSandbox(nil),
-			pods: []corev1.Pod{replicaPod(0, oomFailed("containerd://c0", killT1), func(p *corev1.Pod) {
-				p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
-			})},
-			want: []string{"0 demo-0 containerd://c0 " + t1 + " 1073741824"},
-		},
-		{
-			name: "of two pods of a replica, the latest kill; an older one than the status's is no news",
-			bs:   reported(newBatchSandbox(nil), "containerd://second", killT2),
-			pods: []corev1.Pod{
-				replicaPod(0, named("demo-0-old"), oomKilledAt("containerd://old", killT1)),
-				replicaPod(0, oomKilledAt("containerd://second", killT2)),
+			name: "runc on cgroup v1: a process killed, the container lives on (the count alone)",
+			steps: []oomStep{
+				{pod: pod, now: time.Second},
+				{pod: pod, report: counted(1, 4*time.Second, uid), now: 5 * time.Second,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0): the OOM killer ended a process by " + at(4*time.Second) + ": memory limit 256Mi, peak 250Mi"}},
+				{pod: pod, report: counted(1, 4*time.Second, uid), now: time.Minute},
+				{pod: pod, report: counted(3, 64*time.Second, uid), now: 65 * time.Second,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0): the OOM killer ended 2 processes by " + at(64*time.Second) + ": memory limit 256Mi, peak 250Mi"}},
 			},
 		},
 		{
-			name: "each replica its own, in replica order; no limit",
-			bs:   newBatchSandbox(ptr.To[int32](3)),
-			pods: []corev1.Pod{replicaPod(2, oomKilledAt("containerd://b", killT1)), replicaPod(1), replicaPod(0, oomKilledAt("containerd://a", killT2))},
-			want: []string{"0 demo-0 containerd://a " + t2 + " 0", "2 demo-2 containerd://b " + t1 + " 0"},
+			name: "gVisor: the pod's status first, then the count: one kill",
+			steps: []oomStep{
+				{pod: killed, now: 2 * time.Second, wantAfter: agentWait - 2*time.Second},
+				{pod: killed, report: counted(1, 8500*time.Millisecond, uid), now: 9 * time.Second,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0) was OOM-killed at " + at(8*time.Second) + ": memory limit 256Mi, peak 250Mi"}},
+				{pod: killed, report: counted(1, 8500*time.Millisecond, uid), now: time.Minute},
+			},
 		},
 		{
-			name: "a pod being deleted ends by its deletion",
-			bs:   newBatchSandbox(nil),
-			pods: []corev1.Pod{replicaPod(0, oomKilledAt("containerd://old", killT1), deleting)},
+			name: "gVisor: the count first, then the pod's status: one kill",
+			steps: []oomStep{
+				{pod: pod, report: counted(1, 500*time.Millisecond, uid), now: time.Second,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0): the OOM killer ended a process by " + at(0) + ": memory limit 256Mi, peak 250Mi"}},
+				{pod: killed, report: counted(1, 500*time.Millisecond, uid), now: 2 * time.Second},
+				{pod: killed, report: counted(1, 500*time.Millisecond, uid), now: time.Minute},
+			},
 		},
 		{
-			name: "a kill before the sandbox existed (a pool pod's, while idle)",
-			bs: func() *controlv1alpha1.BatchSandbox {
-				bs := newBatchSandbox(nil)
-				bs.CreationTimestamp = metav1.NewTime(killT2)
-				return bs
-			}(),
-			pods: []corev1.Pod{replicaPod(0, fromPool, oomKilledAt("containerd://old", killT1))},
+			name: "runc on cgroup v2: the container and its 3 processes are one kill",
+			steps: []oomStep{
+				{pod: killed, report: counted(3, 4*time.Second, uid), now: 5 * time.Second,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0) was OOM-killed at " + at(4*time.Second) + ", 3 processes with it: memory limit 256Mi, peak 250Mi"}},
+				{pod: killed, report: counted(3, 4*time.Second, uid), now: time.Minute},
+			},
 		},
 		{
-			name: "a container that ended otherwise",
-			bs:   newBatchSandbox(nil),
-			pods: []corev1.Pod{replicaPod(0, oomKilledAt("containerd://old", killT1), func(p *corev1.Pod) {
-				p.Status.ContainerStatuses[0].LastTerminationState.Terminated.Reason = "Error"
-			})},
+			name: "a new pod of the replica starts at 0",
+			steps: []oomStep{
+				{pod: pod, report: counted(2, 4*time.Second, uid), now: 5 * time.Second,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0): the OOM killer ended 2 processes by " + at(4*time.Second) + ": memory limit 256Mi, peak 250Mi"}},
+				{pod: replicaPod(0, limited, named("demo-0-b"), withUID("uid-b"))},
+				{pod: replicaPod(0, limited, named("demo-0-b"), withUID("uid-b")), report: counted(1, time.Minute, "uid-b"), now: time.Minute,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0-b): the OOM killer ended a process by " + at(time.Minute) + ": memory limit 256Mi, peak 250Mi"}},
+			},
 		},
 		{
-			name: "another container's kill is not the sandbox's",
-			bs:   newBatchSandbox(nil),
-			pods: []corev1.Pod{replicaPod(0, func(p *corev1.Pod) {
-				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "sidecar"})
-				p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: "sidecar",
-					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", FinishedAt: metav1.NewTime(killT1)}}})
-			})},
+			name: "a restarted controller, before and after the stream's initial state: nothing again",
+			steps: []oomStep{
+				{pod: killed, report: counted(1, 4*time.Second, uid), now: 5 * time.Second,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0) was OOM-killed at " + at(4*time.Second) + ": memory limit 256Mi, peak 250Mi"}},
+				{pod: killed, now: 10 * time.Minute},
+				{pod: killed, report: counted(1, 4*time.Second, uid), now: 10 * time.Minute},
+			},
+		},
+		{
+			name: "the agent unreachable: nothing told, nothing lost; told when its stream is back",
+			steps: []oomStep{
+				{pod: pod, now: time.Minute},
+				{pod: pod, report: counted(2, 30*time.Second, uid), now: 2 * time.Minute,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0): the OOM killer ended 2 processes by " + at(30*time.Second) + ": memory limit 256Mi, peak 250Mi"}},
+			},
+		},
+		{
+			name: "a container kill the agent does not count in time: told from the status, and its count later is no news",
+			steps: []oomStep{
+				{pod: killed, now: 2 * time.Second, wantAfter: agentWait - 2*time.Second},
+				{pod: killed, now: agentWait,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0) was OOM-killed at " + at(0) + ": memory limit 256Mi, peak unknown"}},
+				{pod: killed, report: counted(1, 25*time.Second, uid), now: 26 * time.Second},
+				{pod: killed, report: counted(2, 45*time.Second, uid), now: 46 * time.Second,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0): the OOM killer ended a process by " + at(45*time.Second) + ": memory limit 256Mi, peak 250Mi"}},
+			},
+		},
+		{
+			name: "a pod that failed of its kill (restartPolicy Never) is told at once: the agent forgets it",
+			steps: []oomStep{
+				{pod: replicaPod(0, limited, oomFailed("containerd://c0", killT1)), now: time.Second,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0) was OOM-killed at " + at(0) + ": memory limit 256Mi, peak unknown"}},
+			},
+		},
+		{
+			name: "a count that grew for an earlier kill is told now; a container kill after its sample waits for the next",
+			steps: []oomStep{
+				{pod: replicaPod(0, limited, oomKilledAt("containerd://c1", killT1.Add(10*time.Second))), report: counted(1, 5*time.Second, uid), now: 11 * time.Second,
+					wantAfter:  agentWait - time.Second,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0): the OOM killer ended a process by " + at(5*time.Second) + ": memory limit 256Mi, peak 250Mi"}},
+				{pod: replicaPod(0, limited, oomKilledAt("containerd://c1", killT1.Add(10*time.Second))), report: counted(2, 15*time.Second, uid), now: 16 * time.Second,
+					wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0) was OOM-killed at " + at(15*time.Second) + ": memory limit 256Mi, peak 250Mi"}},
+			},
+		},
+		{
+			name: "a pod being deleted ends by its deletion; a kill before the sandbox existed is a pool pod's",
+			steps: []oomStep{
+				{pod: replicaPod(0, limited, oomKilledAt("containerd://c1", killT1), deleting), now: time.Hour},
+				{pod: replicaPod(0, limited, fromPool, oomKilledAt("containerd://c1", killT1.Add(-2*time.Hour))), now: time.Hour},
+			},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := killTexts(planOOMKills(&observed{bs: tc.bs, pods: tc.pods}))
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("kills (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestPlanPeaks(t *testing.T) {
-	pod := replicaPod(0)
-	kill := oomKill{replica: 0, pod: &pod, containerID: "containerd://old", at: metav1.NewTime(killT1)}
-	sampled := func(at time.Time, peak uint64) peakAnswer {
-		return peakAnswer{stats: &nodeapi.PodStats{Timestamp: at, Memory: &nodeapi.MemoryStats{PeakBytes: peak}}}
-	}
-	tests := []struct {
-		name      string
-		answer    peakAnswer
-		now       time.Time
-		wantTold  bool
-		wantPeak  int64
-		wantAfter time.Duration
-	}{
-		{
-			name:     "a sample after the kill holds the peak",
-			answer:   sampled(killT1.Add(3*time.Second), 300<<20),
-			now:      killT1.Add(4 * time.Second),
-			wantTold: true, wantPeak: 300 << 20,
-		},
-		{
-			name:     "no answer: told at once, without",
-			answer:   peakAnswer{err: errors.New("connection refused")},
-			now:      killT1.Add(time.Second),
-			wantTold: true,
-		},
-		{
-			name:     "no memory figure: told at once, without",
-			answer:   peakAnswer{stats: &nodeapi.PodStats{Timestamp: killT1.Add(3 * time.Second)}},
-			now:      killT1.Add(4 * time.Second),
-			wantTold: true,
-		},
-		{
-			name:   "a sample before the kill: wait for the next one",
-			answer: sampled(killT1.Add(-4*time.Second), 40<<20),
-			now:    killT1.Add(2 * time.Second),
-			// The next sample is 10 s after the last, plus a second's margin.
-			wantAfter: 5 * time.Second,
-		},
-		{
-			name:      "a sample in the kill's second may be before it",
-			answer:    sampled(killT1.Add(500*time.Millisecond), 40<<20),
-			now:       killT1.Add(2 * time.Second),
-			wantAfter: 9500 * time.Millisecond,
-		},
-		{
-			name:     "still no later sample at maxPeakWait: told without",
-			answer:   sampled(killT1.Add(-4*time.Second), 40<<20),
-			now:      killT1.Add(maxPeakWait),
-			wantTold: true,
-		},
-		{
-			name:      "an agent that stopped sampling is waited for until maxPeakWait",
-			answer:    sampled(killT1.Add(-30*time.Second), 40<<20),
-			now:       killT1.Add(5 * time.Second),
-			wantAfter: maxPeakWait - 5*time.Second,
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			tell, peaks, after := planPeaks([]oomKill{kill}, map[int32]peakAnswer{0: tc.answer}, tc.now)
-			if told := len(tell) == 1; told != tc.wantTold {
-				t.Errorf("told = %v, want %v", told, tc.wantTold)
-			}
-			if peaks[0] != tc.wantPeak {
-				t.Errorf("peak = %d, want %d", peaks[0], tc.wantPeak)
-			}
-			if after != tc.wantAfter {
-				t.Errorf("requeueAfter = %v, want %v", after, tc.wantAfter)
+			bs := newBatchSandbox(nil)
+			bs.CreationTimestamp = metav1.NewTime(killT1.Add(-time.Hour))
+			for i, st := range tc.steps {
+				reports := func(p *corev1.Pod) (nodeapi.OOMReport, bool) {
+					if st.report == nil || st.report.PodUID != string(p.UID) {
+						return nodeapi.OOMReport{}, false
+					}
+					return *st.report, true
+				}
+				tell, after := planOOMKills(&observed{bs: bs, pods: []corev1.Pod{st.pod}}, reports, killT1.Add(st.now))
+				status := *bs.Status.DeepCopy()
+				events := applyOOMKills(bs, &status, &oomResult{tell: tell})
+				if diff := cmp.Diff(st.wantEvents, eventTexts(events)); diff != "" {
+					t.Errorf("step %d: events (-want +got):\n%s", i, diff)
+				}
+				if after != st.wantAfter {
+					t.Errorf("step %d: requeueAfter = %v, want %v", i, after, st.wantAfter)
+				}
+				// What the API server keeps: times in whole seconds.
+				data, err := json.Marshal(status)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bs.Status = controlv1alpha1.BatchSandboxStatus{}
+				if err := json.Unmarshal(data, &bs.Status); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 	}
@@ -239,11 +223,13 @@ func TestPlanPeaks(t *testing.T) {
 
 func TestApplyOOMKills(t *testing.T) {
 	t1, t2 := killT1.Format(time.RFC3339), killT2.Format(time.RFC3339)
-	first := replicaPod(0, memoryLimited("256Mi"), oomKilledAt("containerd://old", killT1))
-	second := replicaPod(0, memoryLimited("256Mi"), oomKilledAt("containerd://second", killT2))
-	other := replicaPod(1, named("demo-1"), memoryLimited("1Gi"), oomKilledAt("containerd://b", killT1))
+	first := replicaPod(0, memoryLimited("256Mi"))
+	other := replicaPod(1, named("demo-1"), memoryLimited("1Gi"))
+	firstRecord := controlv1alpha1.OOMKillStatus{Replica: 0, Pod: "demo-0", PodUID: "uid-0", ContainerID: "containerd://old", Time: metav1.NewTime(killT1),
+		Processes: 1, Count: 1, PodOOMKills: 1, LimitBytes: 256 << 20, PeakBytes: 256 << 20}
 	toldFirst := func() *controlv1alpha1.BatchSandbox {
-		bs := reported(newBatchSandbox(ptr.To[int32](2)), "containerd://old", killT1)
+		bs := newBatchSandbox(ptr.To[int32](2))
+		bs.Status.OOMKills = []controlv1alpha1.OOMKillStatus{firstRecord}
 		meta.SetStatusCondition(&bs.Status.Conditions, metav1.Condition{Type: controlv1alpha1.ConditionOOMKilled, Status: metav1.ConditionTrue,
 			Reason: controlv1alpha1.ReasonOOMKilled, ObservedGeneration: 1, Message: "replica 0 (pod demo-0) was OOM-killed at " + t1 + ": memory limit 256Mi, peak 256Mi"})
 		return bs
@@ -263,42 +249,41 @@ func TestApplyOOMKills(t *testing.T) {
 		{
 			name: "a fresh kill: an Event, its record, the condition",
 			bs:   newBatchSandbox(nil),
-			res: &oomResult{tell: []oomKill{{replica: 0, pod: &first, containerID: "containerd://old", at: metav1.NewTime(killT1), limitBytes: 256 << 20}},
-				peaks: map[int32]int64{0: 267677696}},
+			res: &oomResult{tell: []oomKill{{replica: 0, pod: &first, containerID: "containerd://old", at: metav1.NewTime(killT1), processes: 1, podKills: 1,
+				limitBytes: 256 << 20, peakBytes: 267677696}}},
 			wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0) was OOM-killed at " + t1 + ": memory limit 256Mi, peak 255.3Mi"},
-			wantRecords: []controlv1alpha1.OOMKillStatus{{Replica: 0, Pod: "demo-0", ContainerID: "containerd://old", Time: metav1.NewTime(killT1), Count: 1,
-				LimitBytes: 256 << 20, PeakBytes: 267677696}},
+			wantRecords: []controlv1alpha1.OOMKillStatus{{Replica: 0, Pod: "demo-0", PodUID: "uid-0", ContainerID: "containerd://old", Time: metav1.NewTime(killT1),
+				Processes: 1, Count: 1, PodOOMKills: 1, LimitBytes: 256 << 20, PeakBytes: 267677696}},
 			wantCond: "replica 0 (pod demo-0) was OOM-killed at " + t1 + ": memory limit 256Mi, peak 255.3Mi",
 		},
 		{
-			name: "the same kill seen again (nothing to tell): no Event, the same record and condition",
+			name:        "the same kill seen again (nothing to tell): no Event, the same record and condition",
+			bs:          toldFirst(),
+			wantRecords: []controlv1alpha1.OOMKillStatus{firstRecord},
+			wantCond:    "replica 0 (pod demo-0) was OOM-killed at " + t1 + ": memory limit 256Mi, peak 256Mi",
+		},
+		{
+			name: "three processes later, the container living on: counted, and the condition tells of them",
 			bs:   toldFirst(),
-			wantRecords: []controlv1alpha1.OOMKillStatus{{Replica: 0, Pod: "demo-0", ContainerID: "containerd://old", Time: metav1.NewTime(killT1), Count: 1,
-				LimitBytes: 256 << 20, PeakBytes: 256 << 20}},
-			wantCond: "replica 0 (pod demo-0) was OOM-killed at " + t1 + ": memory limit 256Mi, peak 256Mi",
+			res: &oomResult{tell: []oomKill{{replica: 0, pod: &first, at: metav1.NewTime(killT2), processes: 3, podKills: 4,
+				limitBytes: 256 << 20}}},
+			wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0): the OOM killer ended 3 processes by " + t2 + ": memory limit 256Mi, peak unknown"},
+			wantRecords: []controlv1alpha1.OOMKillStatus{{Replica: 0, Pod: "demo-0", PodUID: "uid-0", Time: metav1.NewTime(killT2), Processes: 3, Count: 4,
+				PodOOMKills: 4, LimitBytes: 256 << 20}},
+			wantCond: "replica 0 (pod demo-0): the OOM killer ended 3 processes by " + t2 + ": memory limit 256Mi, peak unknown (4 OOM kills in all)",
 		},
 		{
-			name:       "a second kill later, whose peak is unknown: counted, and the condition tells of it",
-			bs:         toldFirst(),
-			res:        &oomResult{tell: []oomKill{{replica: 0, pod: &second, containerID: "containerd://second", at: metav1.NewTime(killT2), limitBytes: 256 << 20}}},
-			wantEvents: []string{"Warning OOMKilled Observe: replica 0 (pod demo-0) was OOM-killed at " + t2 + ": memory limit 256Mi, peak unknown"},
-			wantRecords: []controlv1alpha1.OOMKillStatus{{Replica: 0, Pod: "demo-0", ContainerID: "containerd://second", Time: metav1.NewTime(killT2), Count: 2,
-				LimitBytes: 256 << 20}},
-			wantCond: "replica 0 (pod demo-0) was OOM-killed at " + t2 + ": memory limit 256Mi, peak unknown (2 OOM kills in all)",
-		},
-		{
-			name: "an earlier kill of another replica: its Event, and the condition keeps the latest",
+			name: "an earlier kill of another replica, from its pod's status alone: its Event, and the condition keeps the latest",
 			bs: func() *controlv1alpha1.BatchSandbox {
 				bs := toldFirst()
 				bs.Status.OOMKills[0].Time = metav1.NewTime(killT2)
 				return bs
 			}(),
-			res: &oomResult{tell: []oomKill{{replica: 1, pod: &other, containerID: "containerd://b", at: metav1.NewTime(killT1), limitBytes: 1 << 30}},
-				peaks: map[int32]int64{1: 1 << 30}},
-			wantEvents: []string{"Warning OOMKilled Observe: replica 1 (pod demo-1) was OOM-killed at " + t1 + ": memory limit 1Gi, peak 1Gi"},
+			res:        &oomResult{tell: []oomKill{{replica: 1, pod: &other, containerID: "containerd://b", at: metav1.NewTime(killT1), podKills: 1, limitBytes: 1 << 30}}},
+			wantEvents: []string{"Warning OOMKilled Observe: replica 1 (pod demo-1) was OOM-killed at " + t1 + ": memory limit 1Gi, peak unknown"},
 			wantRecords: []controlv1alpha1.OOMKillStatus{
-				{Replica: 0, Pod: "demo-0", ContainerID: "containerd://old", Time: metav1.NewTime(killT2), Count: 1, LimitBytes: 256 << 20, PeakBytes: 256 << 20},
-				{Replica: 1, Pod: "demo-1", ContainerID: "containerd://b", Time: metav1.NewTime(killT1), Count: 1, LimitBytes: 1 << 30, PeakBytes: 1 << 30},
+				func() controlv1alpha1.OOMKillStatus { r := firstRecord; r.Time = metav1.NewTime(killT2); return r }(),
+				{Replica: 1, Pod: "demo-1", PodUID: "uid-1", ContainerID: "containerd://b", Time: metav1.NewTime(killT1), Count: 1, PodOOMKills: 1, LimitBytes: 1 << 30},
 			},
 			wantCond: "replica 0 (pod demo-0) was OOM-killed at " + t2 + ": memory limit 256Mi, peak 256Mi (2 OOM kills in all)",
 		},

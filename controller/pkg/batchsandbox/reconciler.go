@@ -77,16 +77,13 @@ type Reconciler struct {
 	// PauseStopsExpiry: a Paused sandbox does not expire (sandbox-apiserver, with the same
 	// flag, moves its expiry forward by the pause when it resumes).
 	PauseStopsExpiry bool
-	// Stats reads, from the node agent, the peak memory of a pod whose sandbox container was
-	// OOM-killed (oom.go); nil: a nodeclient.Stats with the Authority's credentials.
-	Stats PodStatsReader
+	// OOMs holds the streams of OOM kills from the node agents of the sandboxes' nodes
+	// (oom.go); nil: kills are told from the pods' status alone, once agentWait is over.
+	OOMs OOMReports
 
 	taskStarterOnce    sync.Once
 	defaultTaskStarter TaskStarter
 	taskEvents         *taskEvents
-
-	statsOnce    sync.Once
-	defaultStats PodStatsReader
 
 	// allocations remembers the pool pods this process allocated until the cache shows them.
 	allocations allocations
@@ -162,14 +159,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	r.syncOOMNodes(bs, obs.pods)
 	var pl *placed
 	if m == modePaused {
 		// Snapshots first, then the status that holds them, and only then do the pods go.
 		return r.actPause(ctx, obs, planPause(obs), result)
 	}
-	// Before the pods are acted on: a failed pod is released, and its node agent, which has
-	// the peak of an OOM kill, forgets it.
-	oom := r.oomKills(ctx, obs)
+	// Before the pods are acted on: a failed pod, whose status tells of its kill, is released.
+	oom := r.oomKills(obs)
 	if oom != nil && oom.requeueAfter > 0 && (result.RequeueAfter == 0 || oom.requeueAfter < result.RequeueAfter) {
 		result.RequeueAfter = oom.requeueAfter
 	}
@@ -272,6 +269,7 @@ func (r *Reconciler) finalize(ctx context.Context, bs *controlv1alpha1.BatchSand
 		return fmt.Errorf("remove finalizer: %w", err)
 	}
 	r.allocations.forget(ctrl.ObjectKeyFromObject(bs))
+	r.syncOOMNodes(bs, nil)
 	if r.Tasks != nil {
 		r.Tasks.Sync(types.NamespacedName{Namespace: bs.Namespace, Name: bs.Name}, nil)
 	}

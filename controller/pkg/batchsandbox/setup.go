@@ -20,6 +20,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/apis/control/sandboxpod"
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/oomwatch"
 )
 
 // DefaultMaxConcurrentReconciles: reconciles mostly wait for the kube-apiserver and execd, so
@@ -54,6 +55,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 		r.taskEvents = newTaskEvents(TaskBatchWindow)
 		r.Tasks.Notify = r.taskEvents.notify
 		b = b.WatchesRawSource(source.Channel(r.taskEvents.ch, r.taskEvents.handler()))
+	}
+	if w, ok := r.OOMs.(*oomwatch.Watcher); ok {
+		// A node agent's count of a pod's OOM kills that grew is an event of its own: the
+		// sandbox is reconciled at once, and tells the kill.
+		oomEvents := newTaskEvents(0)
+		w.Notify = oomEvents.notify
+		b = b.WatchesRawSource(source.Channel(oomEvents.ch, oomEvents.handler()))
 	}
 	if r.Snapshots != nil && r.Snapshots.Runner != nil {
 		// The end of a snapshot (and each new stage) is an event of its own: nothing polls.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -41,10 +42,12 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/oomwatch"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/pool"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/snapshot"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/tasks"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdclient"
+	"github.com/kube-sandbox/kube-sandbox/sidecars/node/nodeclient"
 )
 
 // Options are the flags of sandbox-controller.
@@ -307,6 +310,14 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := mgr.Add(taskWatcher); err != nil {
 		return err
 	}
+	// One stream of OOM kills per node that runs sandbox pods, on the leader: a kill is told
+	// at the node agent's sample that counts it.
+	oomWatcher := &oomwatch.Watcher{Streamer: &nodeclient.OOMs{
+		// The stream lasts: no client timeout, and its start is bounded by the transport.
+		Client: &http.Client{Transport: nodeclient.NewTransport(authority, 10*time.Second, 1)}}}
+	if err := mgr.Add(oomWatcher); err != nil {
+		return err
+	}
 	var snapshots *batchsandbox.Snapshots
 	if o.SnapshotRegistry != "" {
 		registry := snapshot.Registry{Host: o.SnapshotRegistry, Prefix: o.SnapshotRepositoryPrefix}
@@ -336,6 +347,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Certifier:        certifier,
 		Egress:           enforcer,
 		Tasks:            taskWatcher,
+		OOMs:             oomWatcher,
 	}).SetupWithManager(mgr, o.MaxConcurrentReconciles); err != nil {
 		return fmt.Errorf("set up batchsandbox controller: %w", err)
 	}

@@ -6,11 +6,17 @@ import (
 )
 
 // The usage endpoints, on Port (mutual TLS), for sandbox-apiserver (the stats subresource) and
-// sandbox-controller (the peak of an OOM-killed replica):
+// sandbox-controller (OOM kills):
 //
 //	GET StatsPath          a StatsList of every sandbox pod of the node that serves a sandbox
 //	GET PodStatsPath(uid)  one PodStats; 404 for a pod the agent does not know (or an idle
 //	                       pool pod, which serves no sandbox)
+//	GET OOMsPath           sandbox-controller alone: a stream of OOMLine, one JSON document per
+//	                       line (application/x-ndjson): a Report of every sampled sandbox pod
+//	                       whose OOMKills is above 0, then Synced (the node's state is
+//	                       complete), then a Report of a pod at each sample whose OOMKills grew;
+//	                       a bare newline every Heartbeat keeps it alive. A client that falls
+//	                       behind is cut off: it connects again and gets the whole state again.
 //
 // The figures are read on the node, from the pod's cgroup (which, under gVisor, holds the
 // sentry and the gofer: everything the sandbox costs the node), from containerd (the writable
@@ -23,6 +29,9 @@ const (
 	StatsPath = "/v1/stats"
 	// PodStatsPattern is the route of one pod's usage (net/http's pattern syntax).
 	PodStatsPattern = "GET /v1/stats/{uid}"
+	// OOMsPath streams the OOM kills of the node's sandbox pods. Not below StatsPath, where it
+	// would hide the pod of that UID.
+	OOMsPath = "/v1/ooms"
 	// SampleInterval is how often the agent reads the figures of each pod, and so the CPU
 	// window: figures are at most this old (plus a read's time) when answered. 10 s keeps
 	// them well within the 15 s that `kubectl sandbox top` promises, and costs a node with
@@ -131,3 +140,49 @@ const (
 	FigureNetwork   = "network"
 	FigureProcesses = "processes"
 )
+
+// OOMLineType says what an OOMLine is.
+type OOMLineType string
+
+const (
+	// OOMReportLine: Report is a pod's count, in the initial state or because it grew.
+	OOMReportLine OOMLineType = "Report"
+	// OOMSyncedLine: every pod with a kill was reported; from here on, lines are news. A pod
+	// the initial state did not name had no kill the agent knows of.
+	OOMSyncedLine OOMLineType = "Synced"
+)
+
+// OOMLine is one line of the OOMsPath stream.
+type OOMLine struct {
+	Type   OOMLineType `json:"type"`
+	Report *OOMReport  `json:"report,omitempty"`
+}
+
+// OOMReport is a sandbox pod's count of OOM kills at a sample, with what its memory was.
+type OOMReport struct {
+	PodUID    string `json:"podUID"`
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	// Sandbox and Replica: the sandbox the pod serves and its replica index.
+	Sandbox string `json:"sandbox"`
+	Replica int32  `json:"replica"`
+	// OOMKills is MemoryStats.OOMKills: the processes the kernel's OOM killer ended in the pod
+	// since it started; it never goes back while the agent runs.
+	OOMKills uint64 `json:"oomKills"`
+	// LimitBytes and PeakBytes are MemoryStats': the pod's limit (0: none) and the most it
+	// used (0: unknown).
+	LimitBytes uint64 `json:"limitBytes,omitempty"`
+	PeakBytes  uint64 `json:"peakBytes,omitempty"`
+	// Timestamp is when the sample that counted them was read: every kill counted happened
+	// before it.
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// OOMReportOf is the report of a sample; false for one without a memory figure.
+func OOMReportOf(st *PodStats) (OOMReport, bool) {
+	if st == nil || st.Memory == nil {
+		return OOMReport{}, false
+	}
+	return OOMReport{PodUID: st.PodUID, Namespace: st.Namespace, Pod: st.Pod, Sandbox: st.Sandbox, Replica: st.Replica,
+		OOMKills: st.Memory.OOMKills, LimitBytes: st.Memory.LimitBytes, PeakBytes: st.Memory.PeakBytes, Timestamp: st.Timestamp}, true
+}

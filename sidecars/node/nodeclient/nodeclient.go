@@ -1,10 +1,11 @@
 // Package nodeclient calls sandbox-node, the node agent, at a node's address: the mutual-TLS
 // transport that presents a kube-sandbox identity (sandbox-apiserver's or
 // sandbox-controller's) and verifies that what answers is sandbox-node, and the usage calls
-// of nodeapi (StatsPath, PodStatsPath).
+// of nodeapi (StatsPath, PodStatsPath, and the stream of OOM kills, OOMsPath).
 package nodeclient
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -26,6 +27,11 @@ const (
 	// maxStatsBytes bounds a StatsList: a node's few hundred sandbox pods at well under 1 KiB
 	// each.
 	maxStatsBytes = 8 << 20
+	// maxOOMLineBytes bounds a line of the OOM stream: one report, a few hundred bytes.
+	maxOOMLineBytes = 64 << 10
+	// oomSilence is how long an OOM stream may say nothing, not even a heartbeat, before it
+	// is taken for dead (a node gone without a FIN): three heartbeats.
+	oomSilence = 3 * nodeapi.Heartbeat
 )
 
 // NewTransport dials sandbox-node at the address of the request (a node's), presents creds'
@@ -136,4 +142,75 @@ func bytesTrim(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// OOMs watches the OOM kills of the sandbox pods of nodes (nodeapi.OOMsPath).
+type OOMs struct {
+	// Client has no timeout: the stream lasts. Its transport's response timeout bounds the
+	// wait for the stream's start.
+	Client *http.Client
+	// Port overrides nodeapi.Port (tests).
+	Port int
+	// Silence overrides how long the stream may be silent before it is taken for dead
+	// (tests); 0: three heartbeats.
+	Silence time.Duration
+}
+
+// Watch reads the OOM stream of the node at hostIP, calling fn with each line but heartbeats,
+// until ctx ends (nil) or the stream breaks, ends or goes silent (an error: connect again,
+// the stream starts with the whole state again).
+func (o *OOMs) Watch(parent context.Context, hostIP string, fn func(nodeapi.OOMLine)) error {
+	url, err := URL(hostIP, o.Port, nodeapi.OOMsPath)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := o.Client.Do(req)
+	if err != nil {
+		if parent.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return &StatusError{Code: resp.StatusCode, Message: string(bytesTrim(msg))}
+	}
+	silence := o.Silence
+	if silence <= 0 {
+		silence = oomSilence
+	}
+	// A silent stream is cut by cancelling its request, which ends the read below.
+	silent := time.AfterFunc(silence, cancel)
+	defer silent.Stop()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 4<<10), maxOOMLineBytes)
+	for sc.Scan() {
+		silent.Reset(silence)
+		line := sc.Bytes()
+		if len(line) == 0 {
+			continue // a heartbeat
+		}
+		var l nodeapi.OOMLine
+		if err := json.Unmarshal(line, &l); err != nil {
+			return fmt.Errorf("decode a line of the OOM stream of sandbox-node on %s: %w", hostIP, err)
+		}
+		fn(l)
+	}
+	switch {
+	case parent.Err() != nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("the OOM stream of sandbox-node on %s said nothing for %s", hostIP, silence)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read the OOM stream of sandbox-node on %s: %w", hostIP, err)
+	}
+	return fmt.Errorf("sandbox-node on %s ended the OOM stream", hostIP)
 }

@@ -83,10 +83,12 @@ const (
 	// did not verify); the replica waits.
 	ReasonIdentityFailed = "IdentityFailed"
 
-	// ConditionOOMKilled is True once the sandbox container of a replica was OOM-killed: it
-	// used more memory than its limit (or its node ran out), and the kernel killed it with
-	// every process in it. The message tells of the latest kill: when, the replica and its
-	// pod, the memory limit and the peak. Absent while no replica was killed; it does not turn
+	// ConditionOOMKilled is True once the kernel's OOM killer ended a process of a replica
+	// (the replica used more memory than its limit, or its node ran out): under runc on
+	// cgroup v1 the largest process alone, under runc on cgroup v2 the whole container, under
+	// gVisor the sandbox's kernel with every process. The node agent counts the kills; the
+	// pod's status tells of the containers they ended. The message tells of the latest kill:
+	// when, the replica and its pod, how many processes, the memory limit and the peak. Absent while no replica was killed; it does not turn
 	// False again, for it tells the sandbox's history (Ready tells whether the replica runs
 	// again), and status.oomKills holds the last kill of each replica.
 	ConditionOOMKilled = "OOMKilled"
@@ -284,26 +286,44 @@ type SnapshotStatus struct {
 	PodUID string `json:"podUID"`
 }
 
-// OOMKillStatus is the last OOM kill of a replica's sandbox container that the controller
-// told of (the condition OOMKilled and a Warning Event): the record that keeps a kill from
-// being told twice, across reconciles and restarts of the controller.
+// OOMKillStatus is the last OOM kill of a replica that the controller told of (the condition
+// OOMKilled and a Warning Event): the record that keeps a kill from being told twice, across
+// reconciles and restarts of the controller. Kills are counted by the node agent of the pod's
+// node (the processes the kernel's OOM killer ended in the pod's cgroup), and seen in the
+// pod's status when they end the sandbox container.
 type OOMKillStatus struct {
 	// replica is the index of the replica.
 	Replica int32 `json:"replica"`
-	// pod ran the container that was killed.
+	// pod is the replica's pod the kill was in.
 	Pod string `json:"pod"`
-	// containerID is the container runtime's ID of the killed container.
+	// podUID is the UID of that pod: podOOMKills counts its kills.
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
+	// containerID is the container runtime's ID of the sandbox container the kill ended;
+	// absent when it ended processes only (the container lived on).
 	// +optional
 	ContainerID string `json:"containerID,omitempty"`
-	// time is when the killed container ended (its terminated state's finishedAt).
+	// time is when the kill was seen: the killed container's finishedAt, or the time of the
+	// node agent's sample that counted it (the kill came before), whichever is later. Every
+	// kill told of so far came at or before it.
 	Time metav1.Time `json:"time"`
-	// count is the number of OOM kills of the replica's sandbox containers told of so far.
+	// processes is how many processes the kill ended, as the node agent counted them; absent:
+	// unknown (told from the pod's status alone).
+	// +optional
+	Processes int32 `json:"processes,omitempty"`
+	// count is the number of OOM kills of the replica told of so far: processes, or one for
+	// a kill whose processes are unknown.
 	Count int32 `json:"count"`
-	// limitBytes is the memory limit of the killed container (else its pod's); absent: none.
+	// podOOMKills is the node agent's count of the pod's kills that were told of (a kill told
+	// from the pod's status alone counts as one): only a count beyond it is news.
+	// +optional
+	PodOOMKills int64 `json:"podOOMKills,omitempty"`
+	// limitBytes is the memory limit the kill was under (the pod's cgroup's, else the
+	// container's); absent: none.
 	// +optional
 	LimitBytes int64 `json:"limitBytes,omitempty"`
 	// peakBytes is the most memory the pod used (its cgroup's peak, read by the node agent
-	// after the kill); absent: unknown.
+	// at or after the kill); absent: unknown.
 	// +optional
 	PeakBytes int64 `json:"peakBytes,omitempty"`
 }
@@ -359,8 +379,8 @@ type BatchSandboxStatus struct {
 	// +listType=map
 	// +listMapKey=replica
 	Snapshots []SnapshotStatus `json:"snapshots,omitempty"`
-	// oomKills lists, by replica index, the last OOM kill of each replica's sandbox container
-	// that was told of (condition OOMKilled).
+	// oomKills lists, by replica index, the last OOM kill of each replica that was told of
+	// (condition OOMKilled).
 	// +optional
 	// +listType=map
 	// +listMapKey=replica
