@@ -173,7 +173,9 @@ func (n *Node) WatchPods(ctx context.Context, client kubernetes.Interface, nodeN
 		if p, ok := obj.(*corev1.Pod); ok {
 			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
 				ResourceVersion: p.ResourceVersion, Labels: p.Labels},
-				Status: corev1.PodStatus{PodIPs: p.Status.PodIPs, Phase: p.Status.Phase}}, nil
+				Status: corev1.PodStatus{PodIPs: p.Status.PodIPs, Phase: p.Status.Phase,
+					InitContainerStatuses: slimStatuses(p.Status.InitContainerStatuses),
+					ContainerStatuses:     slimStatuses(p.Status.ContainerStatuses)}}, nil
 		}
 		return obj, nil
 	})
@@ -229,4 +231,18 @@ func (n *Node) AddPodHandler(h cache.ResourceEventHandler) error {
 	}
 	_, err := inf.AddEventHandler(h)
 	return err
+}
+
+// slimStatuses keeps of each container's status its name and its runtime's ID: the usage
+// sampler measures each container's writable layer by that ID, with no listing of the
+// runtime's containers.
+func slimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, 0, len(in))
+	for _, c := range in {
+		out = append(out, corev1.ContainerStatus{Name: c.Name, ContainerID: c.ContainerID})
+	}
+	return out
 }

@@ -105,19 +105,29 @@ func TestContainerdAgainstContainerd(t *testing.T) {
 		}
 		return uint64(u.Size)
 	}
-	got, err := c.WritableLayers(ctx, pod)
-	if err != nil {
-		t.Fatal(err)
+	// By a list (no IDs from the pod's status), and by the IDs the status names.
+	for _, ids := range []string{"", "init,sandbox"} {
+		got, err := c.WritableLayers(ctx, pod, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The current sandbox container and the init container; not the one the kubelet
+		// restarted, nor the other pod's.
+		if want := usage("sandbox") + usage("init"); got != want {
+			t.Errorf("WritableLayers(ids %q) = %d, want %d (the sandbox's and the init container's)", ids, got, want)
+		}
+		if got < 1<<20+4<<10 || got >= 8<<20 {
+			t.Errorf("WritableLayers(ids %q) = %d, want about 1 MiB", ids, got)
+		}
 	}
-	// The current sandbox container and the init container; not the one the kubelet
-	// restarted, nor the other pod's.
-	if want := usage("sandbox") + usage("init"); got != want {
-		t.Errorf("WritableLayers = %d, want %d (the sandbox's and the init container's)", got, want)
+	// A container gone since the status named it holds nothing; one of another pod is refused.
+	if got, err := c.WritableLayers(ctx, pod, "sandbox,gone"); err != nil || got != usage("sandbox") {
+		t.Errorf("WritableLayers with a gone container = %d, %v; want the sandbox's %d", got, err, usage("sandbox"))
 	}
-	if got < 1<<20+4<<10 || got >= 8<<20 {
-		t.Errorf("WritableLayers = %d, want about 1 MiB", got)
+	if _, err := c.WritableLayers(ctx, pod, "sandbox,other-sandbox"); err == nil || !strings.Contains(err.Error(), "not of pod") {
+		t.Errorf("WritableLayers with another pod's container: %v, want a refusal", err)
 	}
-	if got, err := c.WritableLayers(ctx, "33333333-cccc"); err != nil || got != 0 {
+	if got, err := c.WritableLayers(ctx, "33333333-cccc", ""); err != nil || got != 0 {
 		t.Errorf("WritableLayers of a pod without containers = %d, %v; want 0", got, err)
 	}
 	if _, err := (&Containerd{Client: client}).PodCgroup(ctx, ""); err == nil || !strings.Contains(err.Error(), "no pod UID") {

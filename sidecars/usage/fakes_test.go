@@ -28,7 +28,7 @@ func (f *fakeRuntime) PodCgroup(_ context.Context, uid string) (string, error) {
 	return p, nil
 }
 
-func (f *fakeRuntime) WritableLayers(_ context.Context, uid string) (uint64, error) {
+func (f *fakeRuntime) WritableLayers(_ context.Context, uid, _ string) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.layers[uid], f.layersErr

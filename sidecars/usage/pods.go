@@ -2,6 +2,7 @@ package usage
 
 import (
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -25,7 +26,25 @@ func PodOf(obj *corev1.Pod) (Pod, bool) {
 			"replica", obj.Labels[controlv1alpha1.LabelReplica])
 		return Pod{}, false
 	}
-	return Pod{UID: string(obj.UID), Namespace: obj.Namespace, Name: obj.Name, Sandbox: sandbox, Replica: int32(replica)}, true
+	return Pod{UID: string(obj.UID), Namespace: obj.Namespace, Name: obj.Name, Sandbox: sandbox, Replica: int32(replica),
+		Containers: containerIDs(obj)}, true
+}
+
+// containerIDs are the containerd IDs of the pod's containers, from its status
+// ("containerd://ID"), comma-separated in the status's order. A container of another runtime,
+// or one not created yet, has none: then all of them are left to a list (see Pod.Containers).
+func containerIDs(obj *corev1.Pod) string {
+	var ids []string
+	for _, statuses := range [][]corev1.ContainerStatus{obj.Status.InitContainerStatuses, obj.Status.ContainerStatuses} {
+		for _, c := range statuses {
+			id, ok := strings.CutPrefix(c.ContainerID, "containerd://")
+			if !ok || id == "" {
+				return ""
+			}
+			ids = append(ids, id)
+		}
+	}
+	return strings.Join(ids, ",")
 }
 
 // PodHandler feeds the sampler from an informer of the node's sandbox pods (the egress

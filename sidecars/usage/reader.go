@@ -19,6 +19,11 @@ type Pod struct {
 	// Sandbox is the name of the BatchSandbox the pod serves; Replica its replica index.
 	Sandbox string
 	Replica int32
+	// Containers are the containerd IDs of the pod's containers (init containers too) as its
+	// status names them, comma-separated (a string keeps Pod comparable): the writable layers
+	// are read by ID, which costs containerd a lookup, where a list by label costs it a scan of
+	// every container of the node. Empty: not known yet, and the layers are found by a list.
+	Containers string
 }
 
 // Reader reads one pod's figures: the seam between the sampler and the node.
@@ -35,7 +40,8 @@ type Runtime interface {
 	// PodCgroup is the pod's cgroup, a path in each cgroup hierarchy.
 	PodCgroup(ctx context.Context, uid string) (string, error)
 	// WritableLayers is what the pod's containers wrote to their root filesystems.
-	WritableLayers(ctx context.Context, uid string) (uint64, error)
+	// containers are the pod's container IDs (Pod.Containers); empty: find them.
+	WritableLayers(ctx context.Context, uid, containers string) (uint64, error)
 }
 
 // Network is what the egress enforcer knows of a pod's network (egress.Node).
@@ -92,7 +98,7 @@ func (r *NodeReader) Read(ctx context.Context, p Pod) *nodeapi.PodStats {
 		}
 	}
 
-	layers, err := r.Runtime.WritableLayers(ctx, p.UID)
+	layers, err := r.Runtime.WritableLayers(ctx, p.UID, p.Containers)
 	maxEntries := r.MaxEmptyDirEntries
 	if maxEntries <= 0 {
 		maxEntries = DefaultMaxEmptyDirEntries

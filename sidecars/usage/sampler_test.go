@@ -152,6 +152,13 @@ func sandboxPod(uid, sandbox, replica string, phase corev1.PodPhase) *corev1.Pod
 		Status: corev1.PodStatus{Phase: phase}}
 }
 
+// withContainers gives p an init container and a container with these IDs.
+func withContainers(p *corev1.Pod, initID, id string) *corev1.Pod {
+	p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "install", ContainerID: initID}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "sandbox", ContainerID: id}}
+	return p
+}
+
 func TestPodOf(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -166,6 +173,12 @@ func TestPodOf(t *testing.T) {
 		{"a sandbox's, with a bad replica", sandboxPod("u", "sbx", "-1", corev1.PodRunning), Pod{}, false},
 		{"a sandbox's, ended", sandboxPod("u", "sbx", "0", corev1.PodFailed), Pod{}, false},
 		{"a sandbox's, done", sandboxPod("u", "sbx", "0", corev1.PodSucceeded), Pod{}, false},
+		{"a sandbox's, with its containers' IDs", withContainers(sandboxPod("u", "sbx", "0", corev1.PodRunning), "containerd://i1", "containerd://c1"),
+			Pod{UID: "u", Namespace: "ns", Name: "pod-u", Sandbox: "sbx", Containers: "i1,c1"}, true},
+		{"a sandbox's, a container not created yet", withContainers(sandboxPod("u", "sbx", "0", corev1.PodRunning), "containerd://i1", ""),
+			Pod{UID: "u", Namespace: "ns", Name: "pod-u", Sandbox: "sbx"}, true},
+		{"a sandbox's, another runtime's IDs", withContainers(sandboxPod("u", "sbx", "0", corev1.PodRunning), "cri-o://i1", "cri-o://c1"),
+			Pod{UID: "u", Namespace: "ns", Name: "pod-u", Sandbox: "sbx"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
