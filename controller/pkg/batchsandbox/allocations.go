@@ -63,14 +63,6 @@ func (a *allocations) release(pod types.UID) {
 	delete(a.pods, pod)
 }
 
-// taken reports whether another allocation holds the pod.
-func (a *allocations) taken(pod types.UID) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	al, ok := a.pods[pod]
-	return ok && time.Since(al.at) < allocationMemory
-}
-
 // merge adds to cached (the sandbox's pods as the cache shows them) the pods allocated to it
 // that the cache does not show yet, and forgets those it shows. lookup reads a pod from the
 // cache: an allocated pod was in the cache before (it was idle there), so one the cache no

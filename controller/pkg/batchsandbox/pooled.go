@@ -1,11 +1,11 @@
 package batchsandbox
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -36,7 +36,8 @@ const parallelWrites = 16
 // its resourceVersion as precondition, so no pod is ever given to two sandboxes; its execd is
 // then claimed for the sandbox (env, entrypoint: serve). Lost pods (deleted, evicted, failed)
 // are replaced from the pool, surplus ones are released.
-func (r *Reconciler) actPooled(ctx context.Context, obs *observed, p pooledPlan) (*placed, error) {
+// tl times the stages of the reconcile that allocates (timeline.go).
+func (r *Reconciler) actPooled(ctx context.Context, obs *observed, p pooledPlan, tl *claimTimeline) (*placed, error) {
 	bs := obs.bs
 	if err := r.remove(ctx, bs, p.remove); err != nil {
 		return nil, err
@@ -44,17 +45,18 @@ func (r *Reconciler) actPooled(ctx context.Context, obs *observed, p pooledPlan)
 	var failure *sandboxpod.Problem
 	if len(p.missing) > 0 {
 		var err error
-		if failure, err = r.allocate(ctx, bs, p.missing, p.byReplica); err != nil {
+		if failure, err = r.allocate(ctx, bs, p.missing, p.byReplica, tl); err != nil {
 			return nil, err
 		}
 	}
 	r.record(bs, lostEvents(bs, p.byReplica, p.desired, p.ended)...)
-	return &placed{byReplica: p.byReplica, failure: failure, eg: &egressOnce{r: r, bs: bs, pool: r.poolOf(ctx, bs)}, claimFirst: true}, nil
+	return &placed{byReplica: p.byReplica, failure: failure, eg: &egressOnce{r: r, bs: bs, pool: r.poolOf(ctx, bs)}, claimFirst: true, timeline: tl}, nil
 }
 
-// allocate gives idle pods of the pool to the missing replicas, recording each in byReplica.
-// It returns the problem to report when replicas remain without a pod.
-func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSandbox, missing []int32, byReplica map[int32]*corev1.Pod) (*sandboxpod.Problem, error) {
+// allocate gives idle pods of the pool to the missing replicas, recording each in byReplica
+// and, in tl, the pods allocated, the conflicts met and the ends of the stages list and
+// allocate. It returns the problem to report when replicas remain without a pod.
+func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSandbox, missing []int32, byReplica map[int32]*corev1.Pod, tl *claimTimeline) (*sandboxpod.Problem, error) {
 	poolName := bs.Spec.PoolRef.Name
 	pool := &controlv1alpha1.Pool{}
 	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: bs.Namespace, Name: poolName}, pool); err != nil {
@@ -74,23 +76,23 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 	if err != nil {
 		return nil, err
 	}
+	tl.mark(stageList)
 
 	// Workers take replicas and candidates in order, a replica and its first candidate in one
 	// step, so that without a conflict replica k gets the k-th candidate whichever worker runs
-	// first; a candidate another sandbox won first (precondition failed) is skipped and the
-	// replica tries the next.
+	// first; a candidate another reconcile of this process holds (allocations) is passed over,
+	// and one another sandbox won first (precondition failed) is skipped and the replica tries
+	// the next.
 	sandbox := types.NamespacedName{Namespace: bs.Namespace, Name: bs.Name}
 	var (
 		mu          sync.Mutex
-		next        int // of candidates
 		nextMissing int // of missing
+		conflicts   int
 		firstErr    error
 		wg          sync.WaitGroup
 	)
 	takeLocked := func() *corev1.Pod {
-		for next < len(candidates) {
-			c := candidates[next]
-			next++
+		for c := candidates.next(); c != nil; c = candidates.next() {
 			if r.allocations.reserve(c.UID, sandbox) {
 				return c
 			}
@@ -126,28 +128,36 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 						break
 					}
 					r.allocations.release(c.UID)
-					if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+					if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+						// Lost to another sandbox (or gone): each one costs a write, and many
+						// say that allocations race (several controllers, a stale cache).
+						allocationConflicts.Inc()
 						mu.Lock()
-						if firstErr == nil {
-							firstErr = err
-						}
+						conflicts++
 						mu.Unlock()
-						break
+						continue
 					}
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					break
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
 
 	allocated := 0
 	for _, replica := range missing {
 		if _, ok := byReplica[replica]; ok {
 			allocated++
 		}
+	}
+	tl.allocated(allocated, conflicts)
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	if allocated == len(missing) {
 		// No Event: PodsReady follows within milliseconds, and every write counts here.
@@ -164,44 +174,87 @@ func (r *Reconciler) allocate(ctx context.Context, bs *controlv1alpha1.BatchSand
 	return problem, nil
 }
 
-// idlePods lists the pool's pods that bs can be given now: idle, ready, controlled by the
-// pool, not being allocated by another reconcile, and, when made of the namespace's pod
-// security level, only for a sandbox admitted for that. Pods of the current revision come
-// first, then those ready longest.
-func (r *Reconciler) idlePods(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool) ([]*corev1.Pod, error) {
-	list := &corev1.PodList{}
-	// Read-only: the cache's own objects, not copies of every pod of the pool per reconcile.
-	// allocateOne copies the one it writes.
-	if err := r.Client.List(ctx, list, ctrl.InNamespace(pool.Namespace),
-		ctrl.MatchingLabels{controlv1alpha1.LabelPool: pool.Name}, ctrl.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list pool pods: %w", err)
+// idlePods returns the pool's pods that bs can be given now, in the order they are given: idle,
+// ready, controlled by the pool, and, when made of the namespace's pod security level, only for
+// a sandbox admitted for that. Pods of the current revision come first, then those created
+// first (ready longest, as a rule), then by name, so that the order is the same on every
+// reconcile. Pods another reconcile of this process is allocating are passed over as they are
+// taken (allocations.reserve).
+//
+// The pods are the cache's own objects (index.Pods), not copies: allocateOne copies the one
+// it writes.
+func (r *Reconciler) idlePods(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pool *controlv1alpha1.Pool) (*candidates, error) {
+	pods, err := r.Pods.Idle(ctx, r.Client, pool.Namespace, pool.Name)
+	if err != nil {
+		return nil, fmt.Errorf("list idle pool pods: %w", err)
 	}
 	revision := sandboxpod.PoolRevision(pool, r.RuntimeClass)
-	var out []*corev1.Pod
-	for i := range list.Items {
-		p := &list.Items[i]
-		if _, allocated := p.Labels[controlv1alpha1.LabelBatchSandbox]; allocated ||
-			!metav1.IsControlledBy(p, pool) || !sandboxpod.Ready(p) || r.allocations.taken(p.UID) {
+	admitted := bs.Annotations[controlv1alpha1.AnnotationPodSecurity] == string(controlv1alpha1.PodSecurityNamespace)
+	out := make(candidates, 0, len(pods))
+	for _, p := range pods {
+		// The index keys the pool's name: a pod of an earlier pool of that name is not this one's.
+		if !metav1.IsControlledBy(p, pool) {
 			continue
 		}
-		if p.Labels[controlv1alpha1.LabelPodSecurity] == string(controlv1alpha1.PodSecurityNamespace) &&
-			bs.Annotations[controlv1alpha1.AnnotationPodSecurity] != string(controlv1alpha1.PodSecurityNamespace) {
+		if !admitted && p.Labels[controlv1alpha1.LabelPodSecurity] == string(controlv1alpha1.PodSecurityNamespace) {
 			// Made while the pool had podSecurity: Namespace, which it may have no more.
 			continue
 		}
-		out = append(out, p)
+		out = append(out, candidate{pod: p, current: p.Labels[controlv1alpha1.LabelPoolRevision] == revision,
+			created: p.CreationTimestamp.UnixNano(), name: p.Name})
 	}
-	sort.Slice(out, func(a, b int) bool {
-		ca, cb := out[a].Labels[controlv1alpha1.LabelPoolRevision] == revision, out[b].Labels[controlv1alpha1.LabelPoolRevision] == revision
-		if ca != cb {
-			return ca
-		}
-		if !out[a].CreationTimestamp.Equal(&out[b].CreationTimestamp) {
-			return out[a].CreationTimestamp.Before(&out[b].CreationTimestamp)
-		}
-		return out[a].Name < out[b].Name
-	})
-	return out, nil
+	heap.Init(&out)
+	return &out, nil
+}
+
+// candidate is an idle pod with its place in the order of idlePods, computed once: the order
+// is then a comparison of fields, not of label lookups.
+type candidate struct {
+	pod     *corev1.Pod
+	current bool  // of the pool's current revision
+	created int64 // Unix nanoseconds
+	name    string
+}
+
+// candidates is a heap of idle pods in the order of idlePods. A reconcile takes a few of a
+// pool's hundreds of idle pods: making the heap costs O(n) and each pod taken O(log n), where
+// sorting them all cost O(n log n).
+type candidates []candidate
+
+var _ heap.Interface = &candidates{}
+
+// Len, Less, Swap, Push and Pop implement heap.Interface.
+func (c candidates) Len() int { return len(c) }
+
+func (c candidates) Less(i, j int) bool {
+	a, b := &c[i], &c[j]
+	if a.current != b.current {
+		return a.current
+	}
+	if a.created != b.created {
+		return a.created < b.created
+	}
+	return a.name < b.name
+}
+
+func (c candidates) Swap(i, j int) { c[i], c[j] = c[j], c[i] }
+
+func (c *candidates) Push(x any) { *c = append(*c, x.(candidate)) }
+
+func (c *candidates) Pop() any {
+	old := *c
+	last := old[len(old)-1]
+	old[len(old)-1] = candidate{} // no reference to the pod left behind in the array
+	*c = old[:len(old)-1]
+	return last
+}
+
+// next takes the first pod left; nil when none is.
+func (c *candidates) next() *corev1.Pod {
+	if c.Len() == 0 {
+		return nil
+	}
+	return heap.Pop(c).(candidate).pod
 }
 
 // allocateOne writes the allocation onto the pod: the sandbox's labels and its controller
@@ -234,7 +287,8 @@ func (r *Reconciler) allocateOne(ctx context.Context, bs *controlv1alpha1.BatchS
 // yet (new pods, and containers that restarted since) serves its pod's certificate (package
 // identity) and, for a pooled sandbox, belongs to the sandbox (a claim: env, entrypoint). It
 // returns the runtime ID recorded per replica, a problem to report, and an error worth a retry.
-func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSandbox, eg *egressOnce, byReplica map[int32]*corev1.Pod) (map[int32]string, *sandboxpod.Problem, error) {
+// tl (nil but in pooled mode) gets the ends of the stages policy and claim.
+func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSandbox, eg *egressOnce, byReplica map[int32]*corev1.Pod, tl *claimTimeline) (map[int32]string, *sandboxpod.Problem, error) {
 	plan := planClaims(bs, byReplica)
 	claimed, todo, req := plan.claimed, plan.todo, plan.claim
 	if len(todo) == 0 {
@@ -272,15 +326,34 @@ func (r *Reconciler) claimAll(ctx context.Context, bs *controlv1alpha1.BatchSand
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			err := r.Certifier.Ensure(ctx, p)
 			// Only a pool pod is claimed; a pooled sandbox's pods of its own (resumed from
 			// snapshots) are the sandbox's from their start, policy included.
 			poolPod := p.Labels[controlv1alpha1.LabelPool] != ""
-			if err == nil && egressCfg != nil && poolPod {
-				err = r.Egress.Ensure(ctx, p, *egressCfg)
+			var err error
+			if egressCfg != nil && poolPod {
+				// The certification (with the pod's execd) and the policy's push (to the
+				// node agent) do not depend on each other: they run at once, each a round
+				// trip, and the certification's error, if any, is the one that counts.
+				var egressErr error
+				var push sync.WaitGroup
+				push.Go(func() { egressErr = r.Egress.Ensure(ctx, p, *egressCfg) })
+				err = r.Certifier.Ensure(ctx, p)
+				push.Wait()
+				if err == nil {
+					err = egressErr
+				}
+			} else {
+				err = r.Certifier.Ensure(ctx, p)
 			}
+			if err == nil {
+				tl.mark(stagePolicy)
+			}
+			// Only after both: the claim starts the entrypoint, which must never run without
+			// the sandbox's policy in force.
 			if err == nil && req != nil && poolPod {
-				_, err = claimer.Claim(ctx, p, req)
+				if _, err = claimer.Claim(ctx, p, req); err == nil {
+					tl.mark(stageClaim)
+				}
 			}
 			mu.Lock()
 			defer mu.Unlock()

@@ -34,6 +34,7 @@ import (
 	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/egress"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/sandboxevents"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/tasks"
 )
@@ -41,6 +42,9 @@ import (
 // Reconciler reconciles a BatchSandbox.
 type Reconciler struct {
 	Client ctrl.Client
+	// Pods reads the idle pods of pools from the cache's own index (index.Setup); nil: through
+	// Client, with the field index index.IdlePods (unit tests on a fake client).
+	Pods *index.Pods
 	// Recorder records the Events about a sandbox on its Sandbox (sandboxevents.SandboxRef),
 	// where users look, not on the BatchSandbox. The recorder folds repeats into a series, but
 	// every new Event is a write: a sandbox that gets its pods at once records one, PodsReady
@@ -120,6 +124,7 @@ var _ PodCertifier = &identity.Certifier{}
 // the guards, the mode, what is there (observe), what to do about it (a pure plan per mode,
 // plan.go), doing it (act), and the status.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	start := time.Now()
 	bs := &controlv1alpha1.BatchSandbox{}
 	if err := r.Client.Get(ctx, req.NamespacedName, bs); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -172,7 +177,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	switch m {
 	case modePooled:
-		pl, err = r.actPooled(ctx, obs, planPooled(obs))
+		tl := &claimTimeline{start: start}
+		// Told once the status is written (report), or the reconcile failed.
+		defer tl.finish(ctx, bs)
+		pl, err = r.actPooled(ctx, obs, planPooled(obs), tl)
 	default:
 		pl, err = r.actDirect(ctx, obs, planDirect(obs))
 	}
@@ -338,11 +346,15 @@ func (r *Reconciler) observe(ctx context.Context, bs *controlv1alpha1.BatchSandb
 	return obs, nil
 }
 
+// listPods returns the sandbox's pods: those it controls, as the cache shows them, and those this
+// process allocated to it that the cache does not show yet.
 func (r *Reconciler) listPods(ctx context.Context, bs *controlv1alpha1.BatchSandbox) ([]corev1.Pod, error) {
 	list := &corev1.PodList{}
-	// Read-only (callers never change these pods): the cache's own objects, not copies.
+	// By the index, not the label: a label selector scans every pod of the namespace (the
+	// pools' idle ones too) on every reconcile. Read-only (callers never change these pods):
+	// the cache's own objects, not copies.
 	if err := r.Client.List(ctx, list, ctrl.InNamespace(bs.Namespace),
-		ctrl.MatchingLabels{controlv1alpha1.LabelBatchSandbox: bs.Name}, ctrl.UnsafeDisableDeepCopy); err != nil {
+		ctrl.MatchingFields{index.SandboxPods: bs.Name}, ctrl.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
 	// Only pods this BatchSandbox controls: a pod of an earlier BatchSandbox of the same name
@@ -387,6 +399,8 @@ type placed struct {
 	// refused: no pod could enforce the sandbox's policy, so none was made and none is served
 	// (failure says why).
 	refused bool
+	// timeline times a pooled reconcile's stages; nil in direct mode.
+	timeline *claimTimeline
 }
 
 // actDirect does what planDirect says: the pods of no replica are deleted, failed ones
@@ -514,6 +528,8 @@ type served struct {
 	statusOnly bool
 	// oom are the OOM kills to tell.
 	oom *oomResult
+	// timeline gets the end of the stage status; nil in direct mode.
+	timeline *claimTimeline
 }
 
 // serve makes the placed pods the sandbox's: their execd certified (and a pool pod's claimed:
@@ -521,11 +537,11 @@ type served struct {
 // (reconcileTasks); oom, the OOM kills to tell, goes with them to the status.
 func (r *Reconciler) serve(ctx context.Context, bs *controlv1alpha1.BatchSandbox, pl *placed, oom *oomResult) *served {
 	if pl.refused {
-		return &served{byReplica: pl.byReplica, failure: pl.failure, statusOnly: true, oom: oom}
+		return &served{byReplica: pl.byReplica, failure: pl.failure, statusOnly: true, oom: oom, timeline: pl.timeline}
 	}
 	byReplica, failure := pl.byReplica, pl.failure
 	// A replica is ready once its execd serves the pod's own certificate.
-	claimed, problem, claimErr := r.claimAll(ctx, bs, pl.eg, byReplica)
+	claimed, problem, claimErr := r.claimAll(ctx, bs, pl.eg, byReplica, pl.timeline)
 	if failure == nil {
 		failure = problem
 	}
@@ -535,18 +551,23 @@ func (r *Reconciler) serve(ctx context.Context, bs *controlv1alpha1.BatchSandbox
 	egressCond, egressErr := r.enforceEgress(ctx, bs, pl.eg, byReplica, egressEligible(byReplica, claimed, pl.claimFirst))
 	tk, taskErr := r.reconcileTasks(ctx, bs, byReplica, claimed)
 	return &served{byReplica: byReplica, claimed: claimed, tasks: tk, failure: failure, egress: egressCond, oom: oom,
-		retry: []error{claimErr, taskErr, egressErr}}
+		retry: []error{claimErr, taskErr, egressErr}, timeline: pl.timeline}
 }
 
 // report writes the status of served pods, and then returns the first error worth a retry:
 // the status is good all the same.
 func (r *Reconciler) report(ctx context.Context, bs *controlv1alpha1.BatchSandbox, s *served, result reconcile.Result) (reconcile.Result, error) {
 	if s.statusOnly {
-		return result, r.updateStatus(ctx, bs, s.byReplica, nil, nil, s.oom, s.failure)
+		err := r.updateStatus(ctx, bs, s.byReplica, nil, nil, s.oom, s.failure)
+		if err == nil {
+			s.timeline.mark(stageStatus)
+		}
+		return result, err
 	}
 	if err := r.updateStatus(ctx, bs, s.byReplica, s.claimed, s.tasks, s.oom, s.failure, s.egress); err != nil {
 		return reconcile.Result{}, err
 	}
+	s.timeline.mark(stageStatus)
 	for _, err := range s.retry {
 		if err != nil {
 			// The workqueue's backoff retries it (a pod whose node agent has not answered yet,

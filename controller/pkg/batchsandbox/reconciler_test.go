@@ -34,6 +34,7 @@ import (
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 	"github.com/kube-sandbox/kube-sandbox/controller/apis/pki"
 	"github.com/kube-sandbox/kube-sandbox/controller/pkg/identity"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
 	"github.com/kube-sandbox/kube-sandbox/sidecars/execd/execdapi"
 )
 
@@ -121,6 +122,9 @@ func newHarness(t *testing.T, funcs *interceptor.Funcs, objs ...client.Object) *
 	b := fake.NewClientBuilder().WithScheme(s).
 		WithStatusSubresource(&controlv1alpha1.BatchSandbox{}).
 		WithObjects(objs...)
+	for _, f := range index.Fields() {
+		b = b.WithIndex(f.Object, f.Name, f.Extract)
+	}
 	if funcs != nil {
 		b = b.WithInterceptorFuncs(*funcs)
 	}

@@ -133,8 +133,11 @@ func (r *Reconciler) waitingForPool(ctx context.Context, obj client.Object) []re
 	return r.waiting(ctx, obj.GetNamespace(), obj.GetName())
 }
 
+// waiting maps a pool to its sandboxes that lack pods. It runs on every event of an idle pod
+// that is ready: the index (index.LackingPods) holds only those sandboxes, of the thousands a
+// pool may serve.
 func (r *Reconciler) waiting(ctx context.Context, namespace, pool string) []reconcile.Request {
-	sandboxes, err := index.SandboxesOfPool(ctx, r.Client, namespace, pool)
+	sandboxes, err := index.SandboxesLackingPods(ctx, r.Client, namespace, pool)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "listing the sandboxes of a pool", "pool", pool)
 		return nil

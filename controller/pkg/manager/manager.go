@@ -266,7 +266,8 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := index.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
+	pods, err := index.Setup(ctx, mgr.GetCache())
+	if err != nil {
 		return fmt.Errorf("set up indexes: %w", err)
 	}
 	recorder := mgr.GetEventRecorder("sandbox-controller")
@@ -337,6 +338,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	if err := (&batchsandbox.Reconciler{
 		Client:    mgr.GetClient(),
+		Pods:      pods,
 		Snapshots: snapshots,
 		// A Paused sandbox's clock stops only with the flag.
 		PauseStopsExpiry: o.PauseStopsExpiry,
@@ -353,6 +355,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	if err := (&pool.Reconciler{
 		Client:       mgr.GetClient(),
+		Pods:         pods,
 		Recorder:     recorder,
 		ExecdImage:   o.ExecdImage,
 		RuntimeClass: o.DefaultRuntimeClass,

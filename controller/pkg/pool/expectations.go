@@ -52,7 +52,7 @@ func (e *expectations) deleted(pool types.NamespacedName, uid types.UID) {
 
 // observe settles what the cached pods show and returns how many created pods are still
 // missing from them, and which pods are being deleted though the cache does not say so yet.
-func (e *expectations) observe(pool types.NamespacedName, pods []corev1.Pod) (pendingCreates int, deleting map[types.UID]bool) {
+func (e *expectations) observe(pool types.NamespacedName, pods []*corev1.Pod) (pendingCreates int, deleting map[types.UID]bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	pe := e.get(pool)

@@ -46,7 +46,10 @@ const (
 
 // Reconciler reconciles a Pool.
 type Reconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Pods reads the pool's pods from the cache's own index (index.Setup); nil: through
+	// Client, with the field index index.PoolPods (unit tests on a fake client).
+	Pods     *index.Pods
 	Recorder events.EventRecorder
 	// ExecdImage is the image whose sandbox-execd the init container copies.
 	ExecdImage string
@@ -294,18 +297,17 @@ func (o *observed) idle() int32 {
 }
 
 func (r *Reconciler) observe(ctx context.Context, pool *controlv1alpha1.Pool) (*observed, error) {
-	list := &corev1.PodList{}
-	// Read-only: the cache's own objects; a pool reconcile runs on every change of any of its
-	// pods, and copying hundreds of pods each time would cost more than the rest.
-	if err := r.Client.List(ctx, list, client.InNamespace(pool.Namespace),
-		client.MatchingLabels{controlv1alpha1.LabelPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	// Read-only: the cache's own objects, by the pool's index; a pool reconcile runs on every
+	// change of any of its pods, and scanning the namespace and copying hundreds of pods each
+	// time would cost more than the rest.
+	pods, err := r.Pods.OfPool(ctx, r.Client, pool.Namespace, pool.Name)
+	if err != nil {
 		return nil, fmt.Errorf("list pool pods: %w", err)
 	}
-	pendingCreates, deleting := r.expectations.observe(client.ObjectKeyFromObject(pool), list.Items)
+	pendingCreates, deleting := r.expectations.observe(client.ObjectKeyFromObject(pool), pods)
 	obs := &observed{revision: sandboxpod.PoolRevision(pool, r.RuntimeClass), pendingCreates: int32(pendingCreates)}
 	allocatedTo := map[string]int32{}
-	for i := range list.Items {
-		p := &list.Items[i]
+	for _, p := range pods {
 		if sandbox, ok := p.Labels[controlv1alpha1.LabelBatchSandbox]; ok {
 			if p.DeletionTimestamp == nil && !deleting[p.UID] {
 				obs.allocated++
@@ -333,7 +335,10 @@ func (r *Reconciler) observe(ctx context.Context, pool *controlv1alpha1.Pool) (*
 			}
 		}
 	}
-	sandboxes, err := index.SandboxesOfPool(ctx, r.Client, pool.Namespace, pool.Name)
+	// Only sandboxes that found the pool empty count: one being allocated right now does not,
+	// or every allocation would start a refill at once (see RefillDelay). The index holds only
+	// those, of the thousands of sandboxes a pool may serve.
+	sandboxes, err := index.SandboxesExhausted(ctx, r.Client, pool.Namespace, pool.Name)
 	if err != nil {
 		return nil, fmt.Errorf("list the pool's sandboxes: %w", err)
 	}
@@ -343,8 +348,6 @@ func (r *Reconciler) observe(ctx context.Context, pool *controlv1alpha1.Pool) (*
 		if bs.Spec.Replicas != nil {
 			want = *bs.Spec.Replicas
 		}
-		// Only sandboxes that found the pool empty count: one being allocated right now does
-		// not, or every allocation would start a refill at once (see RefillDelay).
 		if bs.DeletionTimestamp == nil && waiting(bs) && want > allocatedTo[bs.Name] {
 			obs.demand += want - allocatedTo[bs.Name]
 		}

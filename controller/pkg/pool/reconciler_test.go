@@ -33,15 +33,13 @@ func newReconciler(t *testing.T, clock *clocktesting.FakeClock, objs ...client.O
 	if err := controlv1alpha1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	c := fake.NewClientBuilder().WithScheme(s).
+	b := fake.NewClientBuilder().WithScheme(s).
 		WithStatusSubresource(&controlv1alpha1.Pool{}).
-		WithIndex(&controlv1alpha1.BatchSandbox{}, index.PoolRef, func(o client.Object) []string {
-			if bs := o.(*controlv1alpha1.BatchSandbox); bs.Spec.PoolRef != nil {
-				return []string{bs.Spec.PoolRef.Name}
-			}
-			return nil
-		}).
-		WithObjects(objs...).Build()
+		WithObjects(objs...)
+	for _, f := range index.Fields() {
+		b = b.WithIndex(f.Object, f.Name, f.Extract)
+	}
+	c := b.Build()
 	ca, err := pki.NewCA("test-ca", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -5,8 +5,6 @@ import (
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
+	"github.com/kube-sandbox/kube-sandbox/controller/pkg/index"
 )
 
 // SetupWithManager registers the reconciler: Pools, every pod labelled with a pool (idle or
@@ -75,8 +74,8 @@ func sandboxToPool(_ context.Context, obj client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: bs.Namespace, Name: bs.Spec.PoolRef.Name}}}
 }
 
-// waiting reports whether a sandbox found its pool without an idle pod.
+// waiting reports whether a sandbox found its pool without an idle pod; the index
+// index.PoolExhausted holds the same sandboxes.
 func waiting(bs *controlv1alpha1.BatchSandbox) bool {
-	c := meta.FindStatusCondition(bs.Status.Conditions, controlv1alpha1.ConditionReady)
-	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controlv1alpha1.ReasonPoolExhausted
+	return index.Exhausted(bs)
 }
