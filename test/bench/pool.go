@@ -78,6 +78,9 @@ func (b *bench) pools(ctx context.Context) error {
 	if *only == "tasks" {
 		return pb.tasks(ctx)
 	}
+	if *only == "burst" {
+		return pb.bursts(ctx)
+	}
 	printIdleMemory(*poolSize)
 
 	fmt.Printf("\n## Warm pools\n\nPool of %d idle pods (%s) in namespace %s; create → first successful exec (`true`, WebSocket) per sandbox. Between phases the pool refills completely.\n\n", *poolSize, *image, pb.ns)
@@ -133,6 +136,9 @@ func (b *bench) pools(ctx context.Context) error {
 	printRow(fmt.Sprintf("warm, %d at once (%d)", *concurrency, len(conc)), conc)
 	printBreakdown(concPhases)
 	defer printCPU(fmt.Sprintf("warm, %d at once", *concurrency), cpuBefore, cpuAfter)
+	var concCPU cpuTotals
+	concCPU.add(cpuBefore, cpuAfter)
+	defer concCPU.print(fmt.Sprintf("%d sandboxes, %d at a time", len(conc), *concurrency), len(conc))
 	cold, err := pb.cold(ctx)
 	if err != nil {
 		return fmt.Errorf("cold baseline: %w", err)
@@ -149,6 +155,9 @@ func (b *bench) pools(ctx context.Context) error {
 	}
 	if err := pb.deleteAll(ctx, names); err != nil {
 		return err
+	}
+	if err := pb.bursts(ctx); err != nil {
+		return fmt.Errorf("bursts: %w", err)
 	}
 	if err := pb.waitPoolFull(ctx); err != nil {
 		return err

@@ -509,37 +509,86 @@ func (s *scaleBench) usages() (map[string]usage, error) {
 	return out, nil
 }
 
-// readyTimes watches the sandboxes of ns and records when each first is Ready.
+// readyTimes watches the sandboxes of ns and records when each first is Ready. Its watch is
+// opened again from the last resourceVersion it saw whenever the server ends it, as a client
+// that must not miss an event does; reopened counts those ends.
 type readyTimes struct {
-	mu    sync.Mutex
-	ready map[string]time.Time
-	pods  map[string]string
+	mu       sync.Mutex
+	ready    map[string]time.Time
+	pods     map[string]string
+	reopened int
 }
 
 func (s *scaleBench) watchReady(ctx context.Context, ns string) (*readyTimes, error) {
-	w, err := s.sandboxes.SandboxV1alpha1().Sandboxes(ns).Watch(ctx, metav1.ListOptions{})
+	api := s.sandboxes.SandboxV1alpha1().Sandboxes(ns)
+	list, err := api.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
 	rt := &readyTimes{ready: map[string]time.Time{}, pods: map[string]string{}}
+	rv := list.ResourceVersion
+	w, err := api.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+	if err != nil {
+		return nil, err
+	}
 	go func() {
-		defer w.Stop()
-		for ev := range w.ResultChan() {
-			sbx, ok := ev.Object.(*sandboxv1alpha1.Sandbox)
-			if !ok || sbx.Status.Phase != sandboxv1alpha1.PhaseRunning {
-				continue
-			}
-			rt.mu.Lock()
-			if _, seen := rt.ready[sbx.Name]; !seen {
-				rt.ready[sbx.Name] = time.Now()
-				if len(sbx.Status.Pods) > 0 {
-					rt.pods[sbx.Name] = sbx.Status.Pods[0].Name
+		for {
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					err := apierrors.FromObject(ev.Object)
+					fmt.Fprintf(os.Stderr, "scale: watch of %s: %v\n", ns, err)
+					if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+						// Too far behind for the server's history: what is Running now
+						// counts as Ready now, and the watch goes on from the list.
+						if l, err := api.List(ctx, metav1.ListOptions{}); err == nil {
+							for i := range l.Items {
+								rt.saw(&l.Items[i])
+							}
+							rv = l.ResourceVersion
+						}
+					}
+					continue
+				}
+				if sbx, ok := ev.Object.(*sandboxv1alpha1.Sandbox); ok {
+					rv = sbx.ResourceVersion
+					rt.saw(sbx)
 				}
 			}
+			w.Stop()
+			if ctx.Err() != nil {
+				return
+			}
+			rt.mu.Lock()
+			rt.reopened++
 			rt.mu.Unlock()
+			for {
+				if w, err = api.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}); err == nil || ctx.Err() != nil {
+					break
+				}
+				fmt.Fprintf(os.Stderr, "scale: watch of %s again from %s: %v\n", ns, rv, err)
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
+				return
+			}
 		}
 	}()
 	return rt, nil
+}
+
+// saw records sbx's first Running.
+func (rt *readyTimes) saw(sbx *sandboxv1alpha1.Sandbox) {
+	if sbx.Status.Phase != sandboxv1alpha1.PhaseRunning {
+		return
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if _, seen := rt.ready[sbx.Name]; !seen {
+		rt.ready[sbx.Name] = time.Now()
+		if len(sbx.Status.Pods) > 0 {
+			rt.pods[sbx.Name] = sbx.Status.Pods[0].Name
+		}
+	}
 }
 
 func (rt *readyTimes) get(name string) (time.Time, bool) {
@@ -630,6 +679,10 @@ func (s *scaleBench) allocate(ctx context.Context) error {
 	s.row(fmt.Sprintf("allocation at %d creates/s (%d pooled sandboxes): create → Ready p50 / p99 / max", rate, n),
 		fmt.Sprintf("%s / %s / %s", ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)), ms(quantile(lat, 1))), "", "")
 	s.row("allocation: pods given to two sandboxes", fmt.Sprintf("0 of %d", len(owners)), "", "")
+	rt.mu.Lock()
+	reopened := rt.reopened
+	rt.mu.Unlock()
+	s.row("allocation: times the server ended the client's watch of the sandboxes (it watched again from its last resourceVersion)", fmt.Sprintf("%d", reopened), "", "")
 	return s.cpuRow(before, took, "allocation")
 }
 
