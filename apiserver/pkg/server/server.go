@@ -141,11 +141,22 @@ func (c completedConfig) New() (*SandboxServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
+	// Lists and watches of sandboxes are served from this server's own cache, fed by the
+	// BatchSandbox informer: one watch at the kube-apiserver for every client's.
+	watchCache := sandboxregistry.NewWatchCache()
 	genericServer.AddPostStartHookOrDie("sandbox-informers", func(ctx genericapiserver.PostStartHookContext) error {
 		for _, obj := range []client.Object{&corev1.Namespace{}, &controlv1alpha1.Pool{}, &controlv1alpha1.BatchSandbox{}, &corev1.Pod{}} {
 			if _, err := informers.GetInformer(ctx, obj); err != nil {
 				return err
 			}
+		}
+		batchSandboxes, err := informers.GetInformer(ctx, &controlv1alpha1.BatchSandbox{})
+		if err != nil {
+			return err
+		}
+		// Until it has caught up with the informer, lists and watches go to the kube-apiserver.
+		if err := watchCache.Start(ctx, batchSandboxes); err != nil {
+			return err
 		}
 		go func() { _ = informers.Start(ctx) }()
 		if !informers.WaitForCacheSync(ctx) {
@@ -163,8 +174,9 @@ func (c completedConfig) New() (*SandboxServer, error) {
 
 	clk := clock.RealClock{}
 	limits := c.ExtraConfig.Limits
-	sandboxes := sandboxregistry.NewREST(backend, limits, clk, admitter)
-	renewer := sandboxregistry.NewRenewer(backend, clk)
+	sandboxes := sandboxregistry.NewREST(backend, limits, clk, admitter).WithCache(watchCache)
+	// Renewals are writes through this server too: a list after one shows the new expiry.
+	renewer := sandboxregistry.NewRenewer(watchCache.RecordWrites(backend), clk)
 	creds := c.ExtraConfig.Credentials
 	if creds == nil {
 		return nil, fmt.Errorf("no credentials for sandbox-execd")

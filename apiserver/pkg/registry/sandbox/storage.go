@@ -1,5 +1,6 @@
 // Package sandbox is the REST storage of sandboxes: a virtual resource over the BatchSandbox
-// CRD. It stores nothing itself; every call is one call to the kube-apiserver.
+// CRD. It stores nothing itself: writes and gets are calls to the kube-apiserver; lists and
+// watches are served from a cache of BatchSandboxes (WatchCache) when there is one.
 package sandbox
 
 import (
@@ -38,6 +39,8 @@ type REST struct {
 	clock   clock.PassiveClock
 	// admitter admits the pods a new sandbox may have; nil admits everything (tests).
 	admitter *Admitter
+	// cache serves lists and watches; nil passes them to the backend.
+	cache *WatchCache
 }
 
 var (
@@ -57,6 +60,13 @@ var (
 // NewREST returns the sandboxes storage over a BatchSandbox client.
 func NewREST(backend client.WithWatch, limits Limits, clk clock.PassiveClock, admitter *Admitter) *REST {
 	return &REST{tableConvertor: tableConvertor{clock: clk}, backend: backend, limits: limits, clock: clk, admitter: admitter}
+}
+
+// WithCache makes r serve lists and watches from c, and tell c of every write it makes (so
+// that a list after a write sees it). It returns r.
+func (r *REST) WithCache(c *WatchCache) *REST {
+	r.cache = c
+	return r
 }
 
 // maxStoredBytes bounds the JSON of a BatchSandbox this server writes: etcd refuses requests
@@ -143,6 +153,9 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	if err := r.backend.Create(ctx, bs, createOptions(options)); err != nil {
 		return nil, translateError(err, sbx.Name)
 	}
+	if options == nil || len(options.DryRun) == 0 {
+		r.cache.wrote(bs.ResourceVersion)
+	}
 	return fromBatchSandbox(bs), nil
 }
 
@@ -156,9 +169,13 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 	return fromBatchSandbox(bs), nil
 }
 
-// List implements rest.Lister. Selectors, limit/continue and resourceVersion go to the
-// kube-apiserver as they came, so they mean what they mean for built-in resources.
+// List implements rest.Lister: from the cache if it can answer (see WatchCache.list), else from
+// the kube-apiserver, where selectors, limit/continue and resourceVersion go as they came, so
+// they mean what they mean for built-in resources.
 func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	if out, served, err := r.cache.list(ctx, options); served {
+		return out, err
+	}
 	list := &controlv1alpha1.BatchSandboxList{}
 	if err := r.backend.List(ctx, list, listOptions(ctx, options)); err != nil {
 		return nil, translateError(err, "")
@@ -171,9 +188,13 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	return out, nil
 }
 
-// Watch implements rest.Watcher: a watch of BatchSandboxes, each event's object shown as a
-// Sandbox. Bookmarks and errors pass through.
+// Watch implements rest.Watcher: from the cache if it serves (see WatchCache.watch), else a
+// watch of BatchSandboxes at the kube-apiserver, each event's object shown as a Sandbox, with
+// bookmarks and errors passed through.
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	if w, served, err := r.cache.watch(ctx, options); served {
+		return w, err
+	}
 	w, err := r.backend.Watch(ctx, &controlv1alpha1.BatchSandboxList{}, listOptions(ctx, options))
 	if err != nil {
 		return nil, translateError(err, "")
@@ -333,6 +354,9 @@ func (r *REST) update(ctx context.Context, name string, key client.ObjectKey, bs
 		}
 		return nil, translateError(err, name)
 	}
+	if options == nil || len(options.DryRun) == 0 {
+		r.cache.wrote(updated.ResourceVersion)
+	}
 	return fromBatchSandbox(updated), nil
 }
 
@@ -350,9 +374,15 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 			return nil, false, err
 		}
 	}
+	deleted := func(bool) {}
+	if options == nil || len(options.DryRun) == 0 {
+		deleted = r.cache.deleting(bs)
+	}
 	if err := r.backend.Delete(ctx, bs, deleteOptions(options)); err != nil {
+		deleted(false)
 		return nil, false, translateError(err, name)
 	}
+	deleted(true)
 	// The BatchSandbox is gone at once unless finalizers hold it; either way the caller gets
 	// the sandbox as it was.
 	return sbx, len(bs.Finalizers) == 0, nil
