@@ -486,9 +486,43 @@ func controllerMetrics(ctx context.Context) (map[string]float64, error) {
 			out["reconcile "+label(labels, "controller")] += v
 		case name == "rest_client_requests_total" && label(labels, "method") != "GET":
 			out["writes"] += v
+		case strings.HasPrefix(name, "kube_sandbox_claim_stage_seconds_"):
+			// The end of each stage of the reconciles that allocated, since their start.
+			out["stage "+label(labels, "stage")+" "+strings.TrimPrefix(name, "kube_sandbox_claim_stage_seconds_")] += v
+		case strings.HasPrefix(name, "workqueue_queue_duration_seconds_") || strings.HasPrefix(name, "workqueue_work_duration_seconds_"):
+			// How long a sandbox waited in the workqueue, and how long its reconciles took.
+			if label(labels, "name") == "batchsandbox" {
+				out[strings.TrimSuffix(strings.TrimPrefix(name, "workqueue_"), "_duration_seconds_"+suffix(name))+" "+suffix(name)] += v
+			}
 		}
 	})
 	return out, err
+}
+
+// suffix is what follows a histogram's name in a sample's: sum, count or bucket.
+func suffix(name string) string { return name[strings.LastIndexByte(name, '_')+1:] }
+
+// stageMeans tells, from two readings of controllerMetrics, the mean time a sandbox waited in
+// the controller's workqueue, its reconciles' mean, and the mean end of each stage of the
+// reconciles that allocated (since their start), in ms; "" when there was none.
+func stageMeans(before, after map[string]float64) string {
+	mean := func(key string) (float64, bool) {
+		n := after[key+" count"] - before[key+" count"]
+		if n <= 0 {
+			return 0, false
+		}
+		return 1000 * (after[key+" sum"] - before[key+" sum"]) / n, true
+	}
+	var parts []string
+	for _, k := range []struct{ key, what string }{
+		{"queue", "in the workqueue"}, {"work", "a reconcile"},
+		{"stage list", "listed"}, {"stage allocate", "patched"}, {"stage policy", "policy"}, {"stage claim", "claimed"}, {"stage status", "status written"},
+	} {
+		if m, ok := mean(k.key); ok {
+			parts = append(parts, fmt.Sprintf("%s %.1f", k.what, m))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func label(labels, name string) string {

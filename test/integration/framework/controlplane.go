@@ -190,7 +190,8 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 		"--proxy-client-key-file="+filepath.Join(pki, "front-proxy-client.key"),
 		// Services of type ExternalName "localhost" reach a server in this test process.
 		"--enable-aggregator-routing=false",
-		"--profiling=false", "--v=1"); err != nil {
+		// /debug/pprof for the admin: the scale benchmark profiles the kube-apiserver too.
+		"--profiling=true", "--v=1"); err != nil {
 		return err
 	}
 	return cp.waitReady(ctx)
