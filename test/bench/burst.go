@@ -280,6 +280,24 @@ func (c *cpuTotals) print(what string, sandboxes int) {
 		v := c.byComm[comp.comm]
 		fmt.Printf("| %s | %.1f | %.0f%% |\n", comp.label, 1000*v/float64(sandboxes), 100*v/total)
 	}
+	named := map[string]bool{}
+	for _, comp := range components {
+		named[comp.comm] = true
+	}
+	type other struct {
+		comm string
+		secs float64
+	}
+	var others []other
+	for comm, v := range c.byComm {
+		if !named[comm] {
+			others = append(others, other{comm, v})
+		}
+	}
+	sort.Slice(others, func(a, b int) bool { return others[a].secs > others[b].secs })
+	for _, o := range others[:min(len(others), 6)] {
+		fmt.Printf("| %s (other) | %.1f | %.0f%% |\n", o.comm, 1000*o.secs/float64(sandboxes), 100*o.secs/total)
+	}
 	fmt.Printf("| all processes | %.1f | 100%% |\n", 1000*total/float64(sandboxes))
 	floor := total / float64(sandboxes) * float64(*burstSize) / float64(cores())
 	fmt.Printf("\nFloor for %d at once on %d cores from this CPU alone: %.0f ms (what is above it is waiting, not work).\n", *burstSize, cores(), 1000*floor)
