@@ -146,6 +146,7 @@ func startUsage(eg *egress.Agent, cg *usage.Cgroups, rt usage.Runtime, kubeletRo
 	}
 	reader := &usage.NodeReader{Cgroups: cg, Runtime: rt, Network: eg, KubeletRootDir: kubeletRootDir}
 	sampler := usage.NewSampler(reader, nodeapi.SampleInterval, usage.DefaultWorkers)
+	sampler.FirstRead = usage.DefaultFirstRead
 	if err := eg.Registry().Register(usage.NewCollector(sampler, eg)); err != nil {
 		return nil, fmt.Errorf("register the usage collector: %w", err)
 	}

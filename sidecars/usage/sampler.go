@@ -3,6 +3,7 @@ package usage
 import (
 	"cmp"
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -24,11 +25,23 @@ const oomSubscriberBuffer = 256
 // sandboxes.
 const DefaultWorkers = 4
 
+// DefaultFirstRead is how long the node agent waits before it first reads a pod that has just
+// begun to serve a sandbox, plus as much again at random: that moment is the claim and the
+// sandbox's first exec, when a burst of sandboxes needs the node's CPU most; a read (two
+// containerd calls and a walk of the writable layer) waits until it is over, and the reads of
+// a burst spread out instead of coming together.
+const DefaultFirstRead = 2 * time.Second
+
 // Sampler reads the figures of every pod it is told of (Observe) every interval, and keeps
 // the last: the usage endpoints and the metrics answer from it, so that an answer costs no
-// read of the node. It reads a new pod at once, and each pod again interval after its last
-// read, so the reads of many pods spread over the interval rather than coming all at once.
+// read of the node. It reads a new pod FirstRead (and at most as much again) after it is
+// observed, and each pod again interval after its last read, so the reads of many pods spread
+// over the interval rather than coming all at once.
 type Sampler struct {
+	// FirstRead delays the first read of a new pod (see DefaultFirstRead); 0 reads it at once.
+	// Set it before Run.
+	FirstRead time.Duration
+
 	reader   Reader
 	interval time.Duration
 	workers  int
@@ -200,7 +213,7 @@ func (s *Sampler) SubscribeOOMs() (initial []nodeapi.OOMReport, reports <-chan n
 }
 
 // Observe tells the sampler of a pod that serves a sandbox (again, or with other labels).
-// A new pod is read at once.
+// A new pod is read after FirstRead.
 func (s *Sampler) Observe(p Pod) {
 	s.mu.Lock()
 	st := s.pods[p.UID]
@@ -226,7 +239,11 @@ func (s *Sampler) Observe(p Pod) {
 	s.mu.Unlock()
 	if isNew {
 		klog.V(4).InfoS("Sampling a sandbox pod", "pod", klog.KRef(p.Namespace, p.Name), "sandbox", klog.KRef(p.Namespace, p.Sandbox), "replica", p.Replica)
-		s.queue.Add(p.UID)
+		if s.FirstRead > 0 {
+			s.queue.AddAfter(p.UID, s.FirstRead+rand.N(s.FirstRead))
+		} else {
+			s.queue.Add(p.UID)
+		}
 	}
 }
 

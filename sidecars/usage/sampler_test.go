@@ -260,3 +260,20 @@ func TestSamplerPods(t *testing.T) {
 		t.Errorf("the reader was told to forget %v, want a and idle", r.forgot)
 	}
 }
+
+// TestFirstRead: a new pod waits FirstRead before its first read (it is not in the queue's
+// ready items yet), and is read at once without one.
+func TestFirstRead(t *testing.T) {
+	for _, tc := range []struct {
+		first     time.Duration
+		wantReady int
+	}{{0, 1}, {time.Hour, 0}} {
+		s := NewSampler(newFakeReader(), time.Hour, 1)
+		s.FirstRead = tc.first
+		s.Observe(Pod{UID: "u", Namespace: "ns", Name: "p", Sandbox: "sbx"})
+		if got := s.queue.Len(); got != tc.wantReady {
+			t.Errorf("FirstRead %v: %d pods ready to be read, want %d", tc.first, got, tc.wantReady)
+		}
+		s.queue.ShutDown()
+	}
+}
