@@ -81,6 +81,9 @@ func (b *bench) pools(ctx context.Context) error {
 	if *only == "burst" {
 		return pb.bursts(ctx)
 	}
+	if *only == "batch" {
+		return pb.batch(ctx)
+	}
 	printIdleMemory(*poolSize)
 
 	fmt.Printf("\n## Warm pools\n\nPool of %d idle pods (%s) in namespace %s; create → first successful exec (`true`, WebSocket) per sandbox. Between phases the pool refills completely.\n\n", *poolSize, *image, pb.ns)
@@ -98,14 +101,13 @@ func (b *bench) pools(ctx context.Context) error {
 	}
 	printRow(fmt.Sprintf("warm, sequential (%d)", len(seq)), seq)
 	printBreakdown(seqPhases)
-	// Printed at the end of the pools part, after its tables.
-	defer func() {
-		if costErr != nil {
-			fmt.Printf("\nAPI cost: skipped: %v\n", costErr)
-			return
-		}
+	if costErr != nil {
+		fmt.Printf("\nAPI cost: skipped: %v\n", costErr)
+	} else {
 		printAPICost(costBefore, costAfter, len(seq))
-	}()
+		fmt.Println("\n| measurement | p50 | p90 | p99 | max |")
+		fmt.Println("|---|---|---|---|---|")
+	}
 	if err := pb.deleteAll(ctx, names); err != nil {
 		return err
 	}
@@ -331,8 +333,9 @@ func (pb *poolBench) createToExec(ctx context.Context, sbx *sandboxv1alpha1.Sand
 	}
 	tCreated := time.Now()
 	if created.Status.Phase != sandboxv1alpha1.PhaseRunning {
+		rv := created.ResourceVersion
 		w, err := c.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", sbx.Name).String(),
-			ResourceVersion: created.ResourceVersion})
+			ResourceVersion: rv})
 		if err != nil {
 			return 0, phases{}, err
 		}
@@ -342,10 +345,21 @@ func (pb *poolBench) createToExec(ctx context.Context, sbx *sandboxv1alpha1.Sand
 			select {
 			case ev, ok := <-w.ResultChan():
 				if !ok {
+					// Ended by the server (a proxy's timeout, a stream reset under load): as
+					// any client that must not miss the event, watch again from the last
+					// resourceVersion seen.
 					w.Stop()
-					return 0, phases{}, fmt.Errorf("watch of %s closed", sbx.Name)
+					if w, err = c.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", sbx.Name).String(),
+						ResourceVersion: rv}); err != nil {
+						return 0, phases{}, fmt.Errorf("watch of %s again: %w", sbx.Name, err)
+					}
+					continue
 				}
-				if s, ok := ev.Object.(*sandboxv1alpha1.Sandbox); ok && ev.Type == watch.Modified && s.Status.Phase == sandboxv1alpha1.PhaseRunning {
+				s, ok := ev.Object.(*sandboxv1alpha1.Sandbox)
+				if ok {
+					rv = s.ResourceVersion
+				}
+				if ok && ev.Type == watch.Modified && s.Status.Phase == sandboxv1alpha1.PhaseRunning {
 					break loop
 				}
 			case <-timeout:
