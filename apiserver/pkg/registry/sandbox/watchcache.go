@@ -216,8 +216,9 @@ func (c *WatchCache) OnDelete(obj interface{}) {
 // as after a relist of the kube-apiserver's own watch cache. The watchers still get every
 // change.
 func (c *WatchCache) apply(typ watch.EventType, bs *controlv1alpha1.BatchSandbox, tombstone bool) {
-	// Converted once, outside the lock; shared by every list and watcher from here on.
-	sbx := fromBatchSandbox(bs)
+	// Converted once, outside the lock; shared by every list and watcher from here on, and
+	// sharing bs's fields (the informer's object, which nothing writes).
+	sbx := presentShared(bs)
 	rv, err := strconv.ParseUint(sbx.ResourceVersion, 10, 64)
 	if err != nil {
 		// Never from a kube-apiserver; handled as a gap, which needs no order.
