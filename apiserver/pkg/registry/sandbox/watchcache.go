@@ -449,6 +449,19 @@ type freshness struct {
 	asked bool
 }
 
+// freshnessLocked is what a request with resourceVersion rvParam (parsed: rv) waits for: ""
+// every write this server made so far, "0" nothing (the cache as it is), any other the
+// client's version.
+func (c *WatchCache) freshnessLocked(rvParam string, rv uint64) freshness {
+	switch rvParam {
+	case "":
+		return c.yourWritesLocked()
+	case "0":
+		return freshness{}
+	}
+	return freshness{rv: rv, asked: true}
+}
+
 // yourWritesLocked: every write this server made so far.
 func (c *WatchCache) yourWritesLocked() freshness {
 	return freshness{rv: c.writeMark, deleteSeq: c.deleteSeq}
@@ -555,15 +568,7 @@ func (c *WatchCache) list(ctx context.Context, opts *metainternalversion.ListOpt
 	sel := newSelection(ctx, opts)
 
 	c.mu.Lock()
-	var f freshness
-	switch opts.ResourceVersion {
-	case "":
-		f = c.yourWritesLocked()
-	case "0":
-		// Any version: the cache as it is.
-	default:
-		f = freshness{rv: minRV, asked: true}
-	}
+	f := c.freshnessLocked(opts.ResourceVersion, minRV)
 	if err := c.waitFreshLocked(ctx, f); err != nil {
 		rv := c.rv
 		c.mu.Unlock()
@@ -650,14 +655,7 @@ func (c *WatchCache) watch(ctx context.Context, opts *metainternalversion.ListOp
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var f freshness
-	switch opts.ResourceVersion {
-	case "":
-		f = c.yourWritesLocked()
-	case "0":
-	default:
-		f = freshness{rv: requested, asked: true}
-	}
+	f := c.freshnessLocked(opts.ResourceVersion, requested)
 	switch err := c.waitFreshLocked(ctx, f); {
 	case errors.Is(err, errNotServing):
 		return nil, false, nil
