@@ -9,11 +9,16 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	controlv1alpha1 "github.com/kube-sandbox/kube-sandbox/controller/apis/control/v1alpha1"
 )
 
 // Lists and watches of sandboxes are served from sandbox-apiserver's own cache of
@@ -215,4 +220,70 @@ func waitForName(ctx context.Context, t *testing.T, names <-chan string, want, w
 			t.Fatalf("no %s", what)
 		}
 	}
+}
+
+// TestSandboxReadsWritesMadeElsewhere: a read without a resourceVersion shows the latest
+// write whoever made it. Here the writes are label patches of the BatchSandbox made straight
+// at the kube-apiserver, as another replica of sandbox-apiserver or the controller makes them;
+// each is read back at once, the way `kubectl sandbox wait` reads after a create: by name, by
+// label over the namespace, and as the start of a watch of the one sandbox.
+func TestSandboxReadsWritesMadeElsewhere(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	ns := newNamespace(t)
+	api := sandboxes.SandboxV1alpha1().Sandboxes(ns)
+	if _, err := api.Create(ctx, sandbox("shared"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	byName := fields.OneTermEqualSelector("metadata.name", "shared").String()
+	for i := range 30 {
+		round := fmt.Sprint(i)
+		bs := &controlv1alpha1.BatchSandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}}
+		patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"round":%q}}}`, round)))
+		if err := kube.Patch(ctx, bs, patch); err != nil {
+			t.Fatal(err)
+		}
+
+		one, err := api.List(ctx, metav1.ListOptions{FieldSelector: byName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(one.Items) != 1 || one.Items[0].Labels["round"] != round {
+			t.Fatalf("round %s: the list by name right after the write shows %v", round, labelsOf(one.Items, "round"))
+		}
+
+		labelled, err := api.List(ctx, metav1.ListOptions{LabelSelector: "round=" + round})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(itemNames(labelled.Items), []string{"shared"}) {
+			t.Fatalf("round %s: the list of round=%s right after the write shows %v", round, round, itemNames(labelled.Items))
+		}
+
+		w, err := api.Watch(ctx, metav1.ListOptions{
+			FieldSelector: byName, SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true,
+			ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev, ok := <-w.ResultChan():
+			s, isSandbox := ev.Object.(*sandboxv1alpha1.Sandbox)
+			if !ok || ev.Type != watch.Added || !isSandbox || s.Labels["round"] != round {
+				t.Fatalf("round %s: the watch's first event right after the write: %s %#v", round, ev.Type, ev.Object)
+			}
+		case <-ctx.Done():
+			t.Fatal("no initial event")
+		}
+		w.Stop()
+	}
+}
+
+func labelsOf(items []sandboxv1alpha1.Sandbox, key string) []string {
+	var out []string
+	for _, s := range items {
+		out = append(out, s.Name+"="+s.Labels[key])
+	}
+	return out
 }

@@ -143,7 +143,7 @@ func (c completedConfig) New() (*SandboxServer, error) {
 	}
 	// Lists and watches of sandboxes are served from this server's own cache, fed by the
 	// BatchSandbox informer: one watch at the kube-apiserver for every client's.
-	watchCache := sandboxregistry.NewWatchCache()
+	watchCache := sandboxregistry.NewWatchCache(backend)
 	genericServer.AddPostStartHookOrDie("sandbox-informers", func(ctx genericapiserver.PostStartHookContext) error {
 		for _, obj := range []client.Object{&corev1.Namespace{}, &controlv1alpha1.Pool{}, &controlv1alpha1.BatchSandbox{}, &corev1.Pod{}} {
 			if _, err := informers.GetInformer(ctx, obj); err != nil {

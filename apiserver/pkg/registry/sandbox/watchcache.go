@@ -42,14 +42,18 @@ import (
 // serves.
 //
 // Consistency: the resourceVersions are the BatchSandboxes' (etcd's revisions), so they mean
-// the same here and at the kube-apiserver. A list or a watch without a resourceVersion sees
-// every write made through this server before it began (creates, updates, patches, deletes,
-// renewals): it waits until the informer has delivered them. Writes made elsewhere, the
-// controller's status updates among them, arrive within the informer's watch latency, as in
-// any informer-based reader; a list with resourceVersionMatch=Exact or a continue token still
-// goes to the kube-apiserver.
+// the same here and at the kube-apiserver. A list or a watch without a resourceVersion is "the
+// most recent" of the API conventions, as the kube-apiserver's consistent reads from its cache
+// are: it sees every write made before it began, through this server, through another replica
+// of it or elsewhere (the controller's status). It asks the kube-apiserver what that is, one
+// small read (see mostRecent), waits until the informer has delivered it, and goes to the
+// kube-apiserver when the cache cannot show it soon. A list with resourceVersionMatch=Exact or
+// a continue token goes to the kube-apiserver too.
 type WatchCache struct {
 	clock clock.WithTicker
+	// current reads the kube-apiserver for what a read without a resourceVersion must see;
+	// without it (tests of other things) such a read waits for this server's writes alone.
+	current client.Reader
 	// maxPending is how many events a watcher may have waiting before it is closed.
 	maxPending int
 	// store is the informer's store: what the cache checks itself against before it serves
@@ -64,8 +68,9 @@ type WatchCache struct {
 	objects map[string]map[string]*sandboxv1alpha1.Sandbox
 	count   int
 	// rv is the highest resourceVersion the cache has seen: every change up to it is in
-	// objects, and every change after ringStart is in the ring.
+	// objects, and every change after ringStart is in the ring. advanced is when it last grew.
 	rv        uint64
+	advanced  time.Time
 	ring      ring
 	ringStart uint64
 	// ready: the cache serves. It is not before it has caught up with the informer's first
@@ -113,14 +118,24 @@ const (
 	// pendingDeleteTTL is a last resort for a delete whose effect the cache never recognizes:
 	// reads that wait for it go to the kube-apiserver after freshTimeout meanwhile.
 	pendingDeleteTTL = time.Minute
+	// quietGap: a read that waits for the kube-apiserver's current resourceVersion gives up
+	// when the informer has delivered nothing for this long. The resourceVersion is etcd's,
+	// which every resource moves: while sandboxes change, the informer soon passes it; while
+	// none does, only its next bookmark would, a minute away, so the read goes to the
+	// kube-apiserver at once.
+	quietGap = 250 * time.Millisecond
 )
 
 // errNotServing: the cache cannot answer; the request goes to the kube-apiserver.
 var errNotServing = errors.New("the sandbox cache is not serving")
 
 // NewWatchCache returns a cache that serves once Start has run and the informer has synced.
-func NewWatchCache() *WatchCache {
-	return newWatchCache(clock.RealClock{}, defaultRingSize, defaultMaxPending)
+// current reads the kube-apiserver directly (not from a cache): what reads without a
+// resourceVersion ask before they are answered.
+func NewWatchCache(current client.Reader) *WatchCache {
+	c := newWatchCache(clock.RealClock{}, defaultRingSize, defaultMaxPending)
+	c.current = current
+	return c
 }
 
 func newWatchCache(clk clock.WithTicker, ringSize, maxPending int) *WatchCache {
@@ -254,6 +269,7 @@ func (c *WatchCache) apply(typ watch.EventType, bs *controlv1alpha1.BatchSandbox
 	}
 	if !gap {
 		c.rv = rv
+		c.advanced = c.clock.Now()
 	}
 	if typ == watch.Deleted {
 		delete(c.objects[sbx.Namespace], sbx.Name)
@@ -310,6 +326,7 @@ func (c *WatchCache) catchUp() {
 	}
 	if s, err := strconv.ParseUint(storeRV, 10, 64); err == nil && s > c.rv {
 		c.rv = s
+		c.advanced = c.clock.Now()
 	}
 	if !c.ready {
 		c.ready = true
@@ -447,15 +464,19 @@ type freshness struct {
 	// asked: rv is the client's, not one of this server's writes, whose events will come; it
 	// may be one the informer reached by a bookmark alone.
 	asked bool
+	// absent: the cache must not hold this sandbox (the kube-apiserver has none of the name).
+	absent *types.NamespacedName
+	// quiet: rv is the kube-apiserver's current one, which the informer may not reach for a
+	// minute; the request gives up once the cache has not moved for quietGap.
+	quiet bool
 }
 
 // freshnessLocked is what a request with resourceVersion rvParam (parsed: rv) waits for: ""
-// every write this server made so far, "0" nothing (the cache as it is), any other the
-// client's version.
-func (c *WatchCache) freshnessLocked(rvParam string, rv uint64) freshness {
+// what mostRecent found, "0" nothing (the cache as it is), any other the client's version.
+func (c *WatchCache) freshnessLocked(rvParam string, rv uint64, recent freshness) freshness {
 	switch rvParam {
 	case "":
-		return c.yourWritesLocked()
+		return recent
 	case "0":
 		return freshness{}
 	}
@@ -467,8 +488,63 @@ func (c *WatchCache) yourWritesLocked() freshness {
 	return freshness{rv: c.writeMark, deleteSeq: c.deleteSeq}
 }
 
+// mostRecent is what a request without a resourceVersion must see: what the kube-apiserver
+// holds as it begins, whoever wrote it. One small read there says what that is, in one of two
+// ways:
+//
+//   - A request for one sandbox (a metadata.name field selector in a namespace, as clients
+//     wait for one): the BatchSandbox's metadata. The cache must have reached its
+//     resourceVersion, an event the informer will deliver, or, if there is none, lack it.
+//   - Any other: a list of one BatchSandbox's metadata, whose resourceVersion is the
+//     kube-apiserver's current one. The cache must reach that, which it does soon while
+//     sandboxes change, or the request goes to the kube-apiserver (freshness.quiet).
+//
+// An error (the kube-apiserver unreachable) sends the request there too, to be answered as it
+// would be.
+func (c *WatchCache) mostRecent(ctx context.Context, sel selection) (freshness, error) {
+	if c.current == nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.yourWritesLocked(), nil
+	}
+	gvk := controlv1alpha1.SchemeGroupVersion.WithKind("BatchSandbox")
+	if name, ok := sel.field.RequiresExactMatch("metadata.name"); ok && sel.namespace != "" && name != "" {
+		meta := &metav1.PartialObjectMetadata{}
+		meta.SetGroupVersionKind(gvk)
+		err := c.current.Get(ctx, client.ObjectKey{Namespace: sel.namespace, Name: name}, meta)
+		switch {
+		case apierrors.IsNotFound(err):
+			return freshness{absent: &types.NamespacedName{Namespace: sel.namespace, Name: name}}, nil
+		case err != nil:
+			return freshness{}, err
+		}
+		rv, err := strconv.ParseUint(meta.ResourceVersion, 10, 64)
+		if err != nil {
+			return freshness{}, fmt.Errorf("BatchSandbox %s/%s has resourceVersion %q: %w", sel.namespace, name, meta.ResourceVersion, err)
+		}
+		return freshness{rv: rv}, nil
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(controlv1alpha1.SchemeGroupVersion.WithKind("BatchSandboxList"))
+	opts := []client.ListOption{client.Limit(1)}
+	if sel.namespace != "" {
+		opts = append(opts, client.InNamespace(sel.namespace))
+	}
+	if err := c.current.List(ctx, list, opts...); err != nil {
+		return freshness{}, err
+	}
+	rv, err := strconv.ParseUint(list.ResourceVersion, 10, 64)
+	if err != nil {
+		return freshness{}, fmt.Errorf("a list of BatchSandboxes has resourceVersion %q: %w", list.ResourceVersion, err)
+	}
+	return freshness{rv: rv, quiet: true}, nil
+}
+
 func (c *WatchCache) freshLocked(f freshness) bool {
 	if c.rv < f.rv {
+		return false
+	}
+	if f.absent != nil && c.objects[f.absent.Namespace][f.absent.Name] != nil {
 		return false
 	}
 	for _, p := range c.pendingDeletes {
@@ -479,12 +555,13 @@ func (c *WatchCache) freshLocked(f freshness) bool {
 	return true
 }
 
-// errNotFresh: the cache did not reach what the request needs within freshTimeout.
+// errNotFresh: the cache did not reach what the request needs within freshTimeout (or, for a
+// quiet one, stopped moving first).
 var errNotFresh = errors.New("the sandbox cache is behind")
 
 // waitFreshLocked waits, with c.mu held (released while it waits), until the cache serves and
-// is as fresh as f. It returns errNotServing, errNotFresh after freshTimeout, or the context's
-// error.
+// is as fresh as f. It returns errNotServing, errNotFresh after freshTimeout (for f.quiet, as
+// soon as the cache has not moved for quietGap), or the context's error.
 func (c *WatchCache) waitFreshLocked(ctx context.Context, f freshness) error {
 	var timeout <-chan time.Time
 	for {
@@ -493,6 +570,14 @@ func (c *WatchCache) waitFreshLocked(ctx context.Context, f freshness) error {
 		}
 		if c.freshLocked(f) {
 			return nil
+		}
+		var quiet clock.Timer
+		if f.quiet {
+			still := c.clock.Since(c.advanced)
+			if still >= quietGap {
+				return errNotFresh
+			}
+			quiet = c.clock.NewTimer(quietGap - still)
 		}
 		if timeout == nil {
 			timer := c.clock.NewTimer(freshTimeout)
@@ -504,15 +589,24 @@ func (c *WatchCache) waitFreshLocked(ctx context.Context, f freshness) error {
 				c.kickRun()
 			}
 		}
+		var quietC <-chan time.Time
+		if quiet != nil {
+			quietC = quiet.C()
+		}
 		changed := c.changed
 		c.mu.Unlock()
 		var err error
 		select {
 		case <-changed:
+		case <-quietC:
+			// Checked again above.
 		case <-timeout:
 			err = errNotFresh
 		case <-ctx.Done():
 			err = ctx.Err()
+		}
+		if quiet != nil {
+			quiet.Stop()
 		}
 		c.mu.Lock()
 		if err != nil {
@@ -566,9 +660,16 @@ func (c *WatchCache) list(ctx context.Context, opts *metainternalversion.ListOpt
 		return nil, true, err
 	}
 	sel := newSelection(ctx, opts)
+	var recent freshness
+	if opts.ResourceVersion == "" {
+		if recent, err = c.mostRecent(ctx, sel); err != nil {
+			klog.V(4).InfoS("Listing sandboxes from the kube-apiserver: it did not say what is current", "err", err)
+			return nil, false, nil
+		}
+	}
 
 	c.mu.Lock()
-	f := c.freshnessLocked(opts.ResourceVersion, minRV)
+	f := c.freshnessLocked(opts.ResourceVersion, minRV, recent)
 	if err := c.waitFreshLocked(ctx, f); err != nil {
 		rv := c.rv
 		c.mu.Unlock()
@@ -576,7 +677,7 @@ func (c *WatchCache) list(ctx context.Context, opts *metainternalversion.ListOpt
 		case errors.Is(err, errNotServing):
 			return nil, false, nil
 		case errors.Is(err, errNotFresh):
-			klog.V(4).InfoS("Listing sandboxes from the kube-apiserver: the cache did not catch up in time", "resourceVersion", opts.ResourceVersion, "cache", rv, "wait", freshTimeout)
+			klog.V(4).InfoS("Listing sandboxes from the kube-apiserver: the cache did not catch up in time", "resourceVersion", opts.ResourceVersion, "cache", rv, "needed", f.rv)
 			return nil, false, nil
 		}
 		return nil, true, waitError(err)
@@ -633,11 +734,11 @@ func (c *WatchCache) snapshotLocked(namespace string) []*sandboxv1alpha1.Sandbox
 //   - sendInitialEvents=true, or resourceVersion "" or "0" without sendInitialEvents: an
 //     ADDED for every sandbox selected, then the changes after; with allowWatchBookmarks and
 //     sendInitialEvents, a BOOKMARK annotated k8s.io/initial-events-end between them. "" first
-//     waits for this server's writes, "N" for the cache to reach N.
+//     waits for what is current (mostRecent), "N" for the cache to reach N.
 //   - resourceVersion "N" without sendInitialEvents (or with it false): the changes after N,
 //     from the ring; 410 Gone if the ring no longer reaches back to N.
-//   - sendInitialEvents=false with "" or "0": the changes from now on ("" after this server's
-//     writes).
+//   - sendInitialEvents=false with "" or "0": the changes from now on ("" after what is
+//     current).
 func (c *WatchCache) watch(ctx context.Context, opts *metainternalversion.ListOptions) (_ watch.Interface, served bool, _ error) {
 	if c == nil {
 		return nil, false, nil
@@ -652,16 +753,23 @@ func (c *WatchCache) watch(ctx context.Context, opts *metainternalversion.ListOp
 	initial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
 	legacy := opts.SendInitialEvents == nil && (opts.ResourceVersion == "" || opts.ResourceVersion == "0")
 	sel := newSelection(ctx, opts)
+	var recent freshness
+	if opts.ResourceVersion == "" {
+		if recent, err = c.mostRecent(ctx, sel); err != nil {
+			klog.V(4).InfoS("Watching sandboxes at the kube-apiserver: it did not say what is current", "err", err)
+			return nil, false, nil
+		}
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f := c.freshnessLocked(opts.ResourceVersion, requested)
+	f := c.freshnessLocked(opts.ResourceVersion, requested, recent)
 	switch err := c.waitFreshLocked(ctx, f); {
 	case errors.Is(err, errNotServing):
 		return nil, false, nil
 	case errors.Is(err, errNotFresh) && opts.ResourceVersion == "":
-		// This server's own writes are late: the kube-apiserver has them.
-		klog.V(4).InfoS("Watching sandboxes at the kube-apiserver: the cache did not catch up in time", "cache", c.rv, "wait", freshTimeout)
+		// The cache has not shown what is current yet: the kube-apiserver has it.
+		klog.V(4).InfoS("Watching sandboxes at the kube-apiserver: the cache did not catch up in time", "cache", c.rv, "needed", f.rv)
 		return nil, false, nil
 	case errors.Is(err, errNotFresh):
 		return errorWatch(storage.NewTooLargeResourceVersionError(requested, c.rv, tooLargeRetrySeconds)), true, nil

@@ -2,10 +2,13 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -802,4 +805,216 @@ func TestRESTWithCache(t *testing.T) {
 	if err != nil || len(out.(*sandboxv1alpha1.SandboxList).Items) != 1 {
 		t.Errorf("List() of Terminating sandboxes = %v, %v; want the one deleted", out, err)
 	}
+}
+
+// currentReader plays the kube-apiserver for mostRecent: the BatchSandboxes it holds now, by
+// namespace/name and resourceVersion, and its current resourceVersion.
+type currentReader struct {
+	mu      sync.Mutex
+	objects map[string]string
+	rv      string
+	err     error
+	reads   int
+}
+
+func (r *currentReader) set(rv string, objects map[string]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rv, r.objects = rv, objects
+}
+
+func (r *currentReader) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reads
+}
+
+func (r *currentReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reads++
+	if r.err != nil {
+		return r.err
+	}
+	if _, ok := obj.(*metav1.PartialObjectMetadata); !ok {
+		return fmt.Errorf("read a %T, want metadata alone", obj)
+	}
+	rv, ok := r.objects[key.String()]
+	if !ok {
+		return apierrors.NewNotFound(controlv1alpha1.Resource("batchsandboxes"), key.Name)
+	}
+	obj.SetResourceVersion(rv)
+	return nil
+}
+
+func (r *currentReader) List(_ context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reads++
+	if r.err != nil {
+		return r.err
+	}
+	l, ok := list.(*metav1.PartialObjectMetadataList)
+	if !ok {
+		return fmt.Errorf("listed a %T, want metadata alone", list)
+	}
+	if o := (&client.ListOptions{}).ApplyOptions(opts); o.Limit != 1 {
+		return fmt.Errorf("listed with limit %d, want 1", o.Limit)
+	}
+	l.ResourceVersion = r.rv
+	return nil
+}
+
+type listResult struct {
+	names  []string
+	rv     string
+	served bool
+	err    error
+}
+
+func listAsync(ctx context.Context, c *WatchCache, opts *metainternalversion.ListOptions) <-chan listResult {
+	done := make(chan listResult, 1)
+	go func() {
+		l, served, err := c.list(ctx, opts)
+		r := listResult{served: served, err: err}
+		if l != nil {
+			r.rv = l.ResourceVersion
+			for _, s := range l.Items {
+				r.names = append(r.names, s.Namespace+"/"+s.Name)
+			}
+		}
+		done <- r
+	}()
+	return done
+}
+
+// TestWatchCacheMostRecent: a read without a resourceVersion shows what the kube-apiserver
+// holds as it begins, whoever wrote it (another replica of this server, the controller): the
+// cache waits until it shows that, or the kube-apiserver answers.
+func TestWatchCacheMostRecent(t *testing.T) {
+	byName := &metainternalversion.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", "x")}
+
+	t.Run("one sandbox, written elsewhere, not in the cache yet", func(t *testing.T) {
+		f := newFeed(t, 100, 100, batchSandbox("ns", "a", nil)) // 101, listed at 102
+		cur := &currentReader{}
+		f.cache.current = cur
+		cur.set("500", map[string]string{"ns/x": "103"})
+		done := listAsync(nsContext("ns"), f.cache, byName)
+		f.waitForWaiter()
+		f.create(batchSandbox("ns", "x", nil)) // 103
+		r := <-done
+		if !r.served || r.err != nil || !slices.Equal(r.names, []string{"ns/x"}) {
+			t.Fatalf("list of x = %+v, want x from the cache", r)
+		}
+	})
+
+	t.Run("one sandbox, deleted elsewhere, still in the cache", func(t *testing.T) {
+		f := newFeed(t, 100, 100, batchSandbox("ns", "x", nil)) // 101, listed at 102
+		cur := &currentReader{}
+		f.cache.current = cur
+		cur.set("500", nil)
+		done := listAsync(nsContext("ns"), f.cache, byName)
+		f.waitForWaiter()
+		obj, _, _ := f.store.GetByKey("ns/x")
+		f.remove(obj.(*controlv1alpha1.BatchSandbox))
+		r := <-done
+		if !r.served || r.err != nil || len(r.names) != 0 {
+			t.Fatalf("list of x = %+v, want none from the cache", r)
+		}
+	})
+
+	t.Run("the whole namespace while sandboxes change", func(t *testing.T) {
+		f := newFeed(t, 100, 100)                 // listed at 101
+		f.create(batchSandbox("other", "o", nil)) // 102: the cache moves now
+		cur := &currentReader{}
+		f.cache.current = cur
+		cur.set("104", nil)
+		done := listAsync(nsContext("ns"), f.cache, nil)
+		f.waitForWaiter()
+		f.create(batchSandbox("ns", "x", nil)) // 103
+		f.create(batchSandbox("ns", "y", nil)) // 104
+		r := <-done
+		if !r.served || r.err != nil || !slices.Equal(r.names, []string{"ns/x", "ns/y"}) || r.rv != "104" {
+			t.Fatalf("list = %+v, want x and y from the cache at 104", r)
+		}
+	})
+
+	t.Run("the whole namespace while the cache stops moving", func(t *testing.T) {
+		f := newFeed(t, 100, 100)
+		f.create(batchSandbox("ns", "x", nil)) // 102
+		cur := &currentReader{}
+		f.cache.current = cur
+		cur.set("900", nil)
+		done := listAsync(nsContext("ns"), f.cache, nil)
+		f.waitForWaiter()
+		f.clock.Step(quietGap)
+		if r := <-done; r.served {
+			t.Fatalf("list = %+v, want it left to the kube-apiserver", r)
+		}
+	})
+
+	t.Run("the whole namespace of a quiet cache", func(t *testing.T) {
+		f := newFeed(t, 100, 100, batchSandbox("ns", "x", nil))
+		f.clock.Step(time.Minute)
+		cur := &currentReader{}
+		f.cache.current = cur
+		cur.set("900", nil)
+		// At once: no waiting on the clock.
+		if r := <-listAsync(nsContext("ns"), f.cache, nil); r.served {
+			t.Fatalf("list = %+v, want it left to the kube-apiserver", r)
+		}
+		// A cache already there answers.
+		cur.set(f.cacheRV(), nil)
+		if r := <-listAsync(nsContext("ns"), f.cache, nil); !r.served || !slices.Equal(r.names, []string{"ns/x"}) {
+			t.Fatalf("list = %+v, want x from the cache", r)
+		}
+	})
+
+	t.Run("a watch of one sandbox starts from what is current", func(t *testing.T) {
+		f := newFeed(t, 100, 100) // listed at 101
+		cur := &currentReader{}
+		f.cache.current = cur
+		cur.set("500", map[string]string{"ns/x": "102"})
+		started := make(chan watch.Interface, 1)
+		go func() {
+			w, _, _ := f.cache.watch(nsContext("ns"), &metainternalversion.ListOptions{
+				FieldSelector:     fields.OneTermEqualSelector("metadata.name", "x"),
+				SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true,
+				ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+			})
+			started <- w
+		}()
+		f.waitForWaiter()
+		f.create(batchSandbox("ns", "x", nil)) // 102
+		w := <-started
+		if w == nil {
+			t.Fatal("the watch was left to the kube-apiserver")
+		}
+		t.Cleanup(w.Stop)
+		want := []string{"ADDED ns/x 102", "BOOKMARK 102 map[k8s.io/initial-events-end:true]"}
+		if diff := cmp.Diff(want, nextN(t, w, 2)); diff != "" {
+			t.Errorf("initial events (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("the kube-apiserver unreachable, and resourceVersions that ask nothing", func(t *testing.T) {
+		f := newFeed(t, 100, 100, batchSandbox("ns", "x", nil))
+		cur := &currentReader{err: errors.New("connection refused")}
+		f.cache.current = cur
+		if r := <-listAsync(nsContext("ns"), f.cache, nil); r.served {
+			t.Errorf("list = %+v, want it left to the kube-apiserver", r)
+		}
+		if _, served, _ := f.cache.watch(nsContext("ns"), byName); served {
+			t.Error("watch served, want it left to the kube-apiserver")
+		}
+		reads := cur.count()
+		for _, rv := range []string{"0", f.cacheRV()} {
+			if r := <-listAsync(nsContext("ns"), f.cache, &metainternalversion.ListOptions{ResourceVersion: rv}); !r.served {
+				t.Errorf("list at %q = %+v, want it from the cache", rv, r)
+			}
+		}
+		if cur.count() != reads {
+			t.Errorf("lists with a resourceVersion read the kube-apiserver %d times", cur.count()-reads)
+		}
+	})
 }
