@@ -236,7 +236,7 @@ func TestSandboxReadsWritesMadeElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	byName := fields.OneTermEqualSelector("metadata.name", "shared").String()
-	for i := range 30 {
+	for i := range 100 {
 		round := fmt.Sprint(i)
 		bs := &controlv1alpha1.BatchSandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}}
 		patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"round":%q}}}`, round)))
