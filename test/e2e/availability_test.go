@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -11,6 +12,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	sandboxv1alpha1 "github.com/kube-sandbox/kube-sandbox/apiserver/apis/sandbox/v1alpha1"
+	sandboxclient "github.com/kube-sandbox/kube-sandbox/plugin/pkg/client"
 )
 
 // TestAPIServerRollingRestart: while sandbox-apiserver's two replicas restart one after the
@@ -203,4 +211,54 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestReadsAcrossReplicas: a read right after a write sees it, whichever of sandbox-apiserver's
+// two replicas each request reaches (the aggregator picks one per request). Each round creates
+// a sandbox of no replicas, then at once waits for it as `kubectl sandbox wait` does (a watch
+// of the one sandbox, whose start must hold it) and lists it by label.
+func TestReadsAcrossReplicas(t *testing.T) {
+	ns := newNamespace(t)
+	ready := mustKubectl(t, "-n", "kube-sandbox-system", "get", "deployment", "sandbox-apiserver", "-o", "jsonpath={.status.readyReplicas}")
+	if strings.TrimSpace(ready) != "2" {
+		t.Fatalf("sandbox-apiserver has %q ready replicas, want the 2 of the manifests", ready)
+	}
+	c, err := sandboxclient.NewFromKubeconfig("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := c.Clientset().SandboxV1alpha1().Sandboxes(ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for i := range 40 {
+		name := fmt.Sprintf("cross-%d", i)
+		sb := &sandboxv1alpha1.Sandbox{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"round": fmt.Sprint(i)}},
+			Spec: sandboxv1alpha1.SandboxSpec{
+				Replicas: ptr.To[int32](0),
+				Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: pythonImage}}}},
+			},
+		}
+		if _, err := api.Create(ctx, sb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sandboxclient.WaitForSandbox(ctx, c.Clientset(), ns, name, func(s *sandboxv1alpha1.Sandbox) (bool, error) {
+			if s == nil {
+				return false, fmt.Errorf("round %d: the watch right after the create starts without %s", i, name)
+			}
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		list, err := api.List(ctx, metav1.ListOptions{LabelSelector: fmt.Sprintf("round=%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 1 || list.Items[0].Name != name {
+			t.Fatalf("round %d: the list of round=%d right after the create holds %d sandboxes", i, i, len(list.Items))
+		}
+		if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
