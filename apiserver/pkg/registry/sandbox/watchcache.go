@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/apiserver/pkg/storage"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -108,8 +107,8 @@ const (
 	// freshTimeout is how long a request waits for the cache to reach the resourceVersion it
 	// needs: the kube-apiserver's watch cache waits as long (blockTimeout).
 	freshTimeout = 3 * time.Second
-	// tooLargeRetrySeconds is the Retry-After of a resourceVersion the cache did not reach, as
-	// the kube-apiserver's (resourceVersionTooHighRetrySeconds).
+	// tooLargeRetrySeconds is the Retry-After of a request whose wait for the cache ended with
+	// its context, as the kube-apiserver's (resourceVersionTooHighRetrySeconds).
 	tooLargeRetrySeconds = 1
 	// bookmarkInterval: the kube-apiserver bookmarks watchers about every minute.
 	bookmarkInterval = time.Minute
@@ -466,8 +465,9 @@ type freshness struct {
 	asked bool
 	// absent: the cache must not hold this sandbox (the kube-apiserver has none of the name).
 	absent *types.NamespacedName
-	// quiet: rv is the kube-apiserver's current one, which the informer may not reach for a
-	// minute; the request gives up once the cache has not moved for quietGap.
+	// quiet: rv is a revision of etcd (the kube-apiserver's current one, or one a client had
+	// from it), which the informer may not reach for a minute when no sandbox changes after
+	// it; the request gives up once the cache has not moved for quietGap.
 	quiet bool
 }
 
@@ -480,7 +480,7 @@ func (c *WatchCache) freshnessLocked(rvParam string, rv uint64, recent freshness
 	case "0":
 		return freshness{}
 	}
-	return freshness{rv: rv, asked: true}
+	return freshness{rv: rv, asked: true, quiet: true}
 }
 
 // yourWritesLocked: every write this server made so far.
@@ -727,9 +727,10 @@ func (c *WatchCache) snapshotLocked(namespace string) []*sandboxv1alpha1.Sandbox
 	return objs
 }
 
-// watch answers a watch from the cache; served is false for one the kube-apiserver answers.
-// As in the kube-apiserver, once the request is understood, what goes wrong (a resourceVersion
-// too old or not reached) is the watch's only event, an ERROR.
+// watch answers a watch from the cache; served is false for one the kube-apiserver answers:
+// one whose resourceVersion the cache has not reached in time (the kube-apiserver's answer to a
+// version nobody has reached is its own 504). As in the kube-apiserver, once the request is
+// understood, a resourceVersion too old is the watch's only event, an ERROR.
 //
 //   - sendInitialEvents=true, or resourceVersion "" or "0" without sendInitialEvents: an
 //     ADDED for every sandbox selected, then the changes after; with allowWatchBookmarks and
@@ -767,12 +768,12 @@ func (c *WatchCache) watch(ctx context.Context, opts *metainternalversion.ListOp
 	switch err := c.waitFreshLocked(ctx, f); {
 	case errors.Is(err, errNotServing):
 		return nil, false, nil
-	case errors.Is(err, errNotFresh) && opts.ResourceVersion == "":
-		// The cache has not shown what is current yet: the kube-apiserver has it.
-		klog.V(4).InfoS("Watching sandboxes at the kube-apiserver: the cache did not catch up in time", "cache", c.rv, "needed", f.rv)
-		return nil, false, nil
 	case errors.Is(err, errNotFresh):
-		return errorWatch(storage.NewTooLargeResourceVersionError(requested, c.rv, tooLargeRetrySeconds)), true, nil
+		// The cache has not reached what is current, or the client's resourceVersion (one a
+		// list by the kube-apiserver gave it, etcd's revision then): the kube-apiserver serves
+		// the watch, and answers a resourceVersion it has not reached either.
+		klog.V(4).InfoS("Watching sandboxes at the kube-apiserver: the cache did not catch up in time", "resourceVersion", opts.ResourceVersion, "cache", c.rv, "needed", f.rv)
+		return nil, false, nil
 	case err != nil:
 		return nil, true, waitError(err)
 	}
