@@ -51,6 +51,8 @@ func (e *NotEnforced) Error() string {
 // reconciled.
 type Pusher struct {
 	client *http.Client
+	// creds may say when it holds a CA (pki.Authority's Wait): a push waits for it.
+	creds execdclient.Credentials
 	// Port overrides nodeapi.Port (tests).
 	Port int
 
@@ -63,7 +65,12 @@ type Pusher struct {
 // nodeapi.ServerName (the agent listens on the node's address, which is no name). Nothing in
 // a sandbox holds that key, nor could it be reached there: the agent is on the node.
 func NewPusher(creds execdclient.Credentials) *Pusher {
-	return &Pusher{client: &http.Client{Timeout: pushTimeout, Transport: nodeclient.NewTransport(creds, pushTimeout, maxIdlePerNode)}}
+	return &Pusher{creds: creds, client: &http.Client{Timeout: pushTimeout, Transport: nodeclient.NewTransport(creds, pushTimeout, maxIdlePerNode)}}
+}
+
+// caWaiter is credentials that can wait until they hold a CA (pki.Authority).
+type caWaiter interface {
+	Wait(ctx context.Context) error
 }
 
 // maxIdlePerNode: a node serves many pods, so keep a few connections to each.
@@ -114,6 +121,17 @@ func (p *Pusher) Push(ctx context.Context, pod *corev1.Pod, cfg *egressapi.Confi
 	url, err := nodeURL(pod, p.Port, egressapi.PodPolicyPath(string(pod.UID)))
 	if err != nil {
 		return nil, err
+	}
+	// A controller that has just started, or just become the leader, reconciles before its CA
+	// is loaded: the push waits for it (within pushTimeout), as certification does, instead of
+	// failing with a policy it never tried to push.
+	if w, ok := p.creds.(caWaiter); ok {
+		wctx, cancel := context.WithTimeout(ctx, pushTimeout)
+		err := w.Wait(wctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("push the egress policy of pod %s: %w", pod.Name, err)
+		}
 	}
 	st := &egressapi.Status{}
 	err = jsonclient.Do(ctx, p.client, http.MethodPut, url, cfg, st)

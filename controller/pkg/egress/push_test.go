@@ -172,6 +172,40 @@ func TestPusherEnsure(t *testing.T) {
 			t.Fatal("no error")
 		}
 	})
+	t.Run("a push waits for the CA to be loaded", func(t *testing.T) {
+		ca, err := pki.NewCA("kube-sandbox-ca@1", time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loaded := pki.NewAuthority(nil)
+		loaded.Set(ca, nil)
+		ip, port := egressServer(t, loaded, nodeapi.ServerName, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			cfg := &egressapi.Config{}
+			_ = json.NewDecoder(r.Body).Decode(cfg)
+			_ = json.NewEncoder(w).Encode(egressapi.Status{PodUID: cfg.PodUID, Revision: cfg.Revision})
+		}))
+		a := pki.NewAuthority(nil) // no CA yet, as a controller that has just started
+		p := NewPusher(a)
+		p.Port = port
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "pod-uid"}, Status: corev1.PodStatus{HostIP: ip}}
+		done := make(chan error, 1)
+		go func() { done <- p.Ensure(context.Background(), pod, config()) }()
+		select {
+		case err := <-done:
+			t.Fatalf("the push ended (%v) before the CA was loaded", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		a.Set(ca, nil)
+		if err := <-done; err != nil {
+			t.Fatalf("the push once the CA was loaded: %v", err)
+		}
+		// Without one in time: the wait's error, not a push.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		if _, err := NewPusher(pki.NewAuthority(nil)).Push(ctx, pod, config()); !errors.Is(err, pki.ErrNotReady) {
+			t.Fatalf("err = %v, want ErrNotReady", err)
+		}
+	})
 	t.Run("a pod without a node address", func(t *testing.T) {
 		p := NewPusher(testAuthority(t))
 		if err := p.Ensure(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, config()); err == nil {
