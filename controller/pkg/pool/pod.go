@@ -15,16 +15,26 @@ const poolReadinessPeriodSeconds = 10
 // belonging to no sandbox until one claims it, under runtimeClass (the platform's default) if
 // the template names none. The name is generated: pool pods are
 // interchangeable until allocated.
+// poolOwnerRef makes the pool an idle pod's controller, without blockOwnerDeletion: the
+// allocation takes this reference away, and the garbage collector answers the removal of a
+// blocking reference by reading the owner back from the kube-apiserver (a GET of the pool for
+// every sandbox) in case a foreground deletion of it was waiting for that pod. An idle pod
+// need not hold up a pool's foreground deletion: the collector deletes it all the same.
+func poolOwnerRef(pool *controlv1alpha1.Pool) metav1.OwnerReference {
+	ref := metav1.NewControllerRef(pool, controlv1alpha1.SchemeGroupVersion.WithKind("Pool"))
+	ref.BlockOwnerDeletion = nil
+	return *ref
+}
+
 func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA []byte, podEgress *sandboxpod.Egress, runtimeClass string) *corev1.Pod {
 	tmpl := pool.Spec.Template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: pool.Name + "-",
-			Namespace:    pool.Namespace,
-			Labels:       tmpl.Labels,
-			Annotations:  tmpl.Annotations,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool,
-				controlv1alpha1.SchemeGroupVersion.WithKind("Pool"))},
+			GenerateName:    pool.Name + "-",
+			Namespace:       pool.Namespace,
+			Labels:          tmpl.Labels,
+			Annotations:     tmpl.Annotations,
+			OwnerReferences: []metav1.OwnerReference{poolOwnerRef(pool)},
 		},
 		Spec: tmpl.Spec,
 	}

@@ -38,6 +38,11 @@ func TestBuildPod(t *testing.T) {
 	if !metav1.IsControlledBy(pod, pool) {
 		t.Errorf("owner references %+v, want the pool as controller", pod.OwnerReferences)
 	}
+	// Without blockOwnerDeletion, so that taking the reference away (the allocation) costs
+	// no GET of the pool by the garbage collector.
+	if b := pod.OwnerReferences[0].BlockOwnerDeletion; b != nil && *b {
+		t.Errorf("the pool's reference blocks its deletion: %+v", pod.OwnerReferences[0])
+	}
 	// A pod of the namespace's level says so, whatever the pool says later.
 	pool.Spec.PodSecurity = controlv1alpha1.PodSecurityNamespace
 	if got := buildPod(pool, "rev1", "kube-sandbox:v1", nil, nil, "").Labels[controlv1alpha1.LabelPodSecurity]; got != "Namespace" {
