@@ -40,7 +40,7 @@ var (
 	runs      = flag.Int("runs", 200, "exec round trips per path")
 	streamMB  = flag.Int("stream-mb", 1024, "MiB streamed through exec per path")
 	fileMB    = flag.Int("file-mb", 200, "MiB uploaded and downloaded per path")
-	only      = flag.String("only", "", "run one part: exec, processes, clients, egress, gvisor, stats, pools, burst (N at once, with the timeline), batch (a 100-replica pooled sandbox), tasks, pause, or scale (not part of all: its own control plane and simulated nodes, no cluster; make bench-scale) (default: all)")
+	only      = flag.String("only", "", "run one part: exec, processes, clients, egress, gvisor, stats, pools, sequential (the pools' one-at-a-time phase and its API cost), burst (N at once, with the timeline), batch (a 100-replica pooled sandbox), tasks, pause, or scale (not part of all: its own control plane and simulated nodes, no cluster; make bench-scale) (default: all)")
 	gvisor    = flag.String("gvisor-runtime-class", "gvisor", "RuntimeClass of the gVisor rows (each the same in gVisor and in runc); empty, or a class the cluster does not have: skip them")
 )
 
@@ -92,7 +92,7 @@ func run(ctx context.Context) error {
 			*metricsURL = u
 		}
 	}
-	if *only == "pools" || *only == "tasks" || *only == "pause" || *only == "burst" || *only == "batch" {
+	if *only == "pools" || *only == "sequential" || *only == "tasks" || *only == "pause" || *only == "burst" || *only == "batch" {
 		return b.pools(ctx)
 	}
 	if *only == "egress" {

@@ -90,24 +90,15 @@ func (b *bench) pools(ctx context.Context) error {
 	fmt.Println("| measurement | p50 | p90 | p99 | max |")
 	fmt.Println("|---|---|---|---|---|")
 
-	costBefore, costErr := b.apiRequests(ctx)
-	seq, seqPhases, names, err := pb.warm(ctx, "seq", 1)
+	seq, names, err := pb.sequential(ctx)
 	if err != nil {
-		return fmt.Errorf("sequential warm: %w", err)
+		return err
 	}
-	costAfter, err := b.apiRequests(ctx)
-	if costErr == nil {
-		costErr = err
+	if *only == "sequential" {
+		return pb.deleteAll(ctx, names)
 	}
-	printRow(fmt.Sprintf("warm, sequential (%d)", len(seq)), seq)
-	printBreakdown(seqPhases)
-	if costErr != nil {
-		fmt.Printf("\nAPI cost: skipped: %v\n", costErr)
-	} else {
-		printAPICost(costBefore, costAfter, len(seq))
-		fmt.Println("\n| measurement | p50 | p90 | p99 | max |")
-		fmt.Println("|---|---|---|---|---|")
-	}
+	fmt.Println("\n| measurement | p50 | p90 | p99 | max |")
+	fmt.Println("|---|---|---|---|---|")
 	if err := pb.deleteAll(ctx, names); err != nil {
 		return err
 	}
@@ -197,6 +188,29 @@ var phaseParts = []struct {
 	{"create (API call)", func(p phases) time.Duration { return p.create }},
 	{"created → Running (watch)", func(p phases) time.Duration { return p.running }},
 	{"first exec", func(p phases) time.Duration { return p.exec }},
+}
+
+// sequential is the one-at-a-time phase: *warmRuns pooled sandboxes, each created once the one
+// before has run its first exec, with the phases of each and what they cost the kube-apiserver.
+// It returns the times and the sandboxes' names (kept, for the caller to delete).
+func (pb *poolBench) sequential(ctx context.Context) ([]time.Duration, []string, error) {
+	costBefore, costErr := pb.apiRequests(ctx)
+	seq, seqPhases, names, err := pb.warm(ctx, "seq", 1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sequential warm: %w", err)
+	}
+	costAfter, err := pb.apiRequests(ctx)
+	if costErr == nil {
+		costErr = err
+	}
+	printRow(fmt.Sprintf("warm, sequential (%d)", len(seq)), seq)
+	printBreakdown(seqPhases)
+	if costErr != nil {
+		fmt.Printf("\nAPI cost: skipped: %v\n", costErr)
+	} else {
+		printAPICost(costBefore, costAfter, len(seq))
+	}
+	return seq, names, nil
 }
 
 // printBreakdown prints where the time of createToExec went.
