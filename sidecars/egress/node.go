@@ -57,8 +57,11 @@ const (
 	probeWait = time.Second
 	// probeTries: a probe is one frame; a busy node may drop one.
 	probeTries = 3
-	// workers sync pods in parallel: a sync is a few netlink round trips and a probe.
-	workers = 4
+	// workers sync pods in parallel: a sync is a few netlink round trips and a probe, and the
+	// filter does the syncs that wait for it together (nodefilter.Filter.Sync). As many as
+	// the controller pushes at once for one sandbox (its parallelWrites), so that the pushes
+	// of a batch sandbox's replicas meet in the filter.
+	workers = 16
 	// stateDirPerm: the state directory holds every pod's policy.
 	stateDirPerm = 0o700
 )

@@ -98,11 +98,18 @@ type Filter struct {
 	// requests) and guards what follows.
 	mu     sync.Mutex
 	closed bool
-	nft    *nftables.Conn
-	raw    *mdnetlink.Conn // nf_tables too, for what the library does not parse (hook devices)
-	nl     *netlink.Handle
-	ns     netns.NsHandle // a copy of Options.NetNS, or none
-	pods   map[string]*podState
+	// pending are the Syncs waiting for mu, for the next holder to do together (Sync).
+	pendingMu sync.Mutex
+	pending   []*syncReq
+	// transactions counts the transactions of Syncs sent; refuse, if set, refuses a
+	// transaction with that pod in it, as the kernel would (tests of syncGroup).
+	transactions int
+	refuse       func(uid string) error
+	nft          *nftables.Conn
+	raw          *mdnetlink.Conn // nf_tables too, for what the library does not parse (hook devices)
+	nl           *netlink.Handle
+	ns           netns.NsHandle // a copy of Options.NetNS, or none
+	pods         map[string]*podState
 	// walking is held (read) by the conntrack walks, which run without mu, and taken by
 	// Close, under mu, before it closes nl.
 	walking sync.RWMutex
@@ -258,15 +265,15 @@ type current struct {
 	sets         map[string]*nftables.Set
 	elems        map[string][]nftables.SetElement // of the shared maps and sets
 	ndChains     map[string]rawChain
-	ndRules      []*nftables.Rule // the pod's anti-spoofing chain's
+	ndRules      map[string][]*nftables.Rule // the anti-spoofing chains' of the pods listed, by chain
 }
 
-// list reads what the tables hold, with the rules of the pod with that ID.
-func (f *Filter) list(id string) (*current, error) {
+// list reads what the tables hold, with the rules of the pods with those IDs.
+func (f *Filter) list(ids ...string) (*current, error) {
 	cur := &current{
 		chains: map[string]*nftables.Chain{}, rules: map[string][]*nftables.Rule{},
 		sets: map[string]*nftables.Set{}, elems: map[string][]nftables.SetElement{},
-		ndChains: map[string]rawChain{},
+		ndChains: map[string]rawChain{}, ndRules: map[string][]*nftables.Rule{},
 	}
 	var err error
 	if cur.inet, err = f.findTable(f.inet); err != nil {
@@ -286,8 +293,10 @@ func (f *Filter) list(id string) (*current, error) {
 			}
 		}
 		look := []string{ChainPrerouting, ChainNATPrerouting}
-		if id != "" {
-			look = append(look, podChain(id), denyChain(id))
+		for _, id := range ids {
+			if id != "" {
+				look = append(look, podChain(id), denyChain(id))
+			}
 		}
 		for _, name := range look {
 			if _, ok := cur.chains[name]; !ok {
@@ -326,8 +335,11 @@ func (f *Filter) list(id string) (*current, error) {
 		for _, c := range chains {
 			cur.ndChains[c.name] = c
 		}
-		if _, ok := cur.ndChains[podChain(id)]; ok && id != "" {
-			if cur.ndRules, err = f.nft.GetRules(f.netdev, &nftables.Chain{Name: podChain(id), Table: f.netdev}); err != nil {
+		for _, id := range ids {
+			if _, ok := cur.ndChains[podChain(id)]; !ok || id == "" {
+				continue
+			}
+			if cur.ndRules[podChain(id)], err = f.nft.GetRules(f.netdev, &nftables.Chain{Name: podChain(id), Table: f.netdev}); err != nil {
 				return nil, fmt.Errorf("list rules of chain %s: %w", podChain(id), err)
 			}
 		}
@@ -415,56 +427,208 @@ func metaOf(rules []*nftables.Rule) (Pod, bool) {
 // another pod's chain (the address was that pod's) is taken over, and the anti-spoofing chain
 // of another pod on p's interface (a pod that is gone) is deleted. Sets of name keys that m
 // still has keep their learned addresses.
+//
+// Syncs that arrive while another runs are done together, as a group commit (syncGroup): one
+// read of the tables and one transaction for all of them. A claim's Sync costs mostly that
+// read, which grows with the pods of the node, so a hundred claims at once (a batch sandbox's
+// replicas) cost a few reads instead of a hundred.
 func (f *Filter) Sync(p Pod, m *egressapi.Matcher) (changed bool, err error) {
 	want, err := buildPod(p, m, f.cfg)
 	if err != nil {
 		return false, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return false, ErrClosed
-	}
-	if err := f.checkIface(want.pod); err != nil {
-		return false, err
-	}
-	cur, err := f.list(want.id)
-	if err != nil {
-		return false, err
-	}
-	st := f.pods[want.pod.UID]
-	if st == nil {
-		st = &podState{id: want.id, mirrored: map[string]bool{}}
-	}
+	req := &syncReq{want: want, done: make(chan struct{})}
+	f.pendingMu.Lock()
+	f.pending = append(f.pending, req)
+	f.pendingMu.Unlock()
 
-	// Before trusting the mirror for a set that is kept, read back what the kernel holds: after
-	// a restart, the sets remember what the previous agent learned.
+	f.mu.Lock()
+	select {
+	case <-req.done:
+		// The Sync that held mu took this one along.
+	default:
+		// Still pending (only a holder of mu takes pending): this Sync does it, with every
+		// other pending one.
+		f.pendingMu.Lock()
+		group := f.pending
+		f.pending = nil
+		f.pendingMu.Unlock()
+		f.syncGroup(group)
+	}
+	f.mu.Unlock()
+	<-req.done
+	return req.changed, req.err
+}
+
+// syncReq is a Sync waiting for its group's commit.
+type syncReq struct {
+	want    *podRuleset
+	changed bool
+	err     error
+	done    chan struct{}
+}
+
+func (r *syncReq) finish(changed bool, err error) {
+	r.changed, r.err = changed, err
+	close(r.done)
+}
+
+// plannedSync is a syncReq with the batch that does it.
+type plannedSync struct {
+	req *syncReq
+	st  *podState
+	b   *batch
+}
+
+// syncGroup does the Syncs of group, under mu. Each round reads the tables once, for all the
+// pods left, and plans each pod's batch against that. The batches of different pods that
+// change only their pods' own objects (distinct pods, interfaces and addresses) go in one
+// transaction. A batch that changes shared ones (see batch.shared) goes in a transaction
+// with none planned after it, and the pods after it wait for the next round's read, as do
+// those that share an interface or an address with one taken: so every batch is planned
+// against the state its transaction applies to. If a transaction of several is refused, its
+// pods are done again one per transaction, so that the refusal is the refused pod's alone.
+func (f *Filter) syncGroup(group []*syncReq) {
+	solo := false
+	for len(group) > 0 {
+		if f.closed {
+			for _, r := range group {
+				r.finish(false, ErrClosed)
+			}
+			return
+		}
+		live := group[:0:0]
+		ids := make([]string, 0, len(group))
+		for _, r := range group {
+			if err := f.checkIface(r.want.pod); err != nil {
+				r.finish(false, err)
+				continue
+			}
+			live = append(live, r)
+			ids = append(ids, r.want.id)
+		}
+		if len(live) == 0 {
+			return
+		}
+		cur, err := f.list(ids...)
+		if err != nil {
+			for _, r := range live {
+				r.finish(false, err)
+			}
+			return
+		}
+		var (
+			taken  []plannedSync
+			rest   []*syncReq
+			ifaces = map[string]bool{}
+			addrs  = map[netip.Addr]bool{}
+			uids   = map[string]bool{}
+		)
+		for i, r := range live {
+			if len(taken) > 0 && (solo || uids[r.want.pod.UID] || ifaces[r.want.pod.Iface] || slices.ContainsFunc(r.want.pod.IPs, func(a netip.Addr) bool { return addrs[a] })) {
+				rest = append(rest, r)
+				continue
+			}
+			st := f.pods[r.want.pod.UID]
+			if st == nil {
+				st = &podState{id: r.want.id, mirrored: map[string]bool{}}
+			}
+			// Before trusting the mirror for a set that is kept, read back what the kernel
+			// holds: after a restart, the sets remember what the previous agent learned.
+			if err := f.loadMirror(r.want, cur, st); err != nil {
+				r.finish(false, err)
+				continue
+			}
+			b, err := f.plan(r.want, cur, st)
+			if err != nil {
+				r.finish(false, err)
+				continue
+			}
+			if b.empty() {
+				f.commitState(st, r.want)
+				r.finish(false, nil)
+				continue
+			}
+			if b.shared && len(taken) > 0 {
+				rest = append(rest, r)
+				continue
+			}
+			taken = append(taken, plannedSync{req: r, st: st, b: b})
+			uids[r.want.pod.UID], ifaces[r.want.pod.Iface] = true, true
+			for _, a := range r.want.pod.IPs {
+				addrs[a] = true
+			}
+			if b.shared {
+				rest = append(rest, live[i+1:]...)
+				break
+			}
+		}
+		if len(taken) > 0 {
+			err := f.apply(taken)
+			switch {
+			case err != nil && len(taken) > 1 && !errors.Is(err, errQueue):
+				solo = true
+				again := make([]*syncReq, 0, len(taken)+len(rest))
+				for _, t := range taken {
+					again = append(again, t.req)
+				}
+				rest = append(again, rest...)
+			case err != nil:
+				for _, t := range taken {
+					t.req.finish(false, fmt.Errorf("pod %s: apply filter: %w", t.req.want.pod.UID, err))
+				}
+			default:
+				for _, t := range taken {
+					t.st.base.add(t.b.dropped)
+					f.commitState(t.st, t.req.want)
+					t.req.finish(true, nil)
+				}
+			}
+		}
+		group = rest
+	}
+}
+
+// errQueue: a batch could not even be queued (see batch.queue).
+var errQueue = errors.New("queue")
+
+// apply sends the batches of taken in one transaction, which the kernel applies whole or not
+// at all. They touch disjoint objects, so one batch made of all of them, in batch.queue's
+// order, is what each of them is alone.
+func (f *Filter) apply(taken []plannedSync) error {
+	if f.refuse != nil {
+		for _, t := range taken {
+			if err := f.refuse(t.req.want.pod.UID); err != nil {
+				return err
+			}
+		}
+	}
+	f.transactions++
+	all := taken[0].b
+	if len(taken) > 1 {
+		all = newBatch()
+		for _, t := range taken {
+			all.merge(t.b)
+		}
+	}
+	if err := all.queue(f); err != nil {
+		return fmt.Errorf("%w: %w", errQueue, err)
+	}
+	return f.nft.Flush()
+}
+
+// loadMirror reads back, before the mirror is trusted for a set that is kept, the elements
+// the kernel holds: after a restart, the sets remember what the previous agent learned.
+func (f *Filter) loadMirror(want *podRuleset, cur *current, st *podState) error {
 	for _, s := range want.sets {
 		if have, ok := cur.sets[s.name]; ok && setShapeOK(have, s) && !st.mirrored[s.name] {
 			if err := f.loadElements(want.pod.UID, have, s.key); err != nil {
-				return false, err
+				return err
 			}
 			st.mirrored[s.name] = true
 		}
 	}
-
-	b, err := f.plan(want, cur, st)
-	if err != nil {
-		return false, err
-	}
-	if b.empty() {
-		f.commitState(st, want)
-		return false, nil
-	}
-	if err := b.queue(f); err != nil {
-		return false, err
-	}
-	if err := f.nft.Flush(); err != nil {
-		return false, fmt.Errorf("pod %s: apply filter: %w", want.pod.UID, err)
-	}
-	st.base.add(b.dropped)
-	f.commitState(st, want)
-	return true, nil
+	return nil
 }
 
 func (f *Filter) commitState(st *podState, want *podRuleset) {
@@ -578,9 +742,31 @@ type batch struct {
 	flushed map[[2]string]bool // table, chain
 	// dropped are the counts of the counters of the pod's rules that go.
 	dropped Counters
+	// shared: the batch changes more than the pod's own chains, sets and address elements
+	// (the tables, the shared chains and sets, what is foreign, or what another pod left): it
+	// is not planned next to other pods' batches in one transaction (see syncGroup).
+	shared bool
 }
 
 func newBatch() *batch { return &batch{flushed: map[[2]string]bool{}} }
+
+// merge appends o's operations to b's (o's pod's objects are not b's).
+func (b *batch) merge(o *batch) {
+	b.addTables = append(b.addTables, o.addTables...)
+	b.delElems = append(b.delElems, o.delElems...)
+	b.flush = append(b.flush, o.flush...)
+	b.delSets = append(b.delSets, o.delSets...)
+	b.delChains = append(b.delChains, o.delChains...)
+	b.addChains = append(b.addChains, o.addChains...)
+	b.addSets = append(b.addSets, o.addSets...)
+	b.addRules = append(b.addRules, o.addRules...)
+	b.addElems = append(b.addElems, o.addElems...)
+	for k := range o.flushed {
+		b.flushed[k] = true
+	}
+	b.dropped.add(o.dropped)
+	b.shared = b.shared || o.shared
+}
 
 func (b *batch) empty() bool {
 	return len(b.addTables) == 0 && len(b.delElems) == 0 && len(b.flush) == 0 && len(b.delSets) == 0 &&
@@ -671,9 +857,11 @@ func (f *Filter) plan(want *podRuleset, cur *current, st *podState) (*batch, err
 		// Missing, or dormant (flags 1), or owned by a process (flags 2, which would make it
 		// go when that process does): NEWTABLE with flags 0 fixes all three.
 		b.addTables = append(b.addTables, f.inet)
+		b.shared = true
 	}
 	if cur.netdev == nil || cur.netdev.Flags != 0 {
 		b.addTables = append(b.addTables, f.netdev)
+		b.shared = true
 	}
 
 	// Foreign chains and sets in our inet table go; other pods' stay as they are.
@@ -683,6 +871,7 @@ func (f *Filter) plan(want *podRuleset, cur *current, st *podState) (*batch, err
 		}
 		b.flushChain(f.inet, name, nil)
 		b.delChains = append(b.delChains, &nftables.Chain{Name: name, Table: f.inet})
+		b.shared = true
 	}
 	globalSets := map[string]setSpec{}
 	for _, s := range f.global.sets {
@@ -708,6 +897,8 @@ func (f *Filter) plan(want *podRuleset, cur *current, st *podState) (*batch, err
 				continue
 			}
 			podSetsGone = true
+		} else {
+			b.shared = true
 		}
 		b.delSets = append(b.delSets, &nftables.Set{Name: name, Table: f.inet})
 	}
@@ -724,6 +915,7 @@ func (f *Filter) plan(want *podRuleset, cur *current, st *podState) (*batch, err
 			b.delSets = append(b.delSets, &nftables.Set{Name: w.name, Table: f.inet})
 		}
 		recreated[w.name] = true
+		b.shared = true
 	}
 
 	// The shared chains.
@@ -741,6 +933,7 @@ func (f *Filter) plan(want *podRuleset, cur *current, st *podState) (*batch, err
 		case !chainPolicyOK(have, w):
 			// NEWCHAIN on an existing base chain updates its policy in place.
 			b.addChains = append(b.addChains, f.newChain(f.inet, w))
+			b.shared = true
 		}
 		// A recreated set takes the lookups in it along: rewrite the rules that use it.
 		switch w.name {
@@ -754,6 +947,7 @@ func (f *Filter) plan(want *podRuleset, cur *current, st *podState) (*batch, err
 				b.flushChain(f.inet, w.name, nil)
 			}
 			f.addRules(b, f.inet, w.name, f.global.rules[w.name])
+			b.shared = true
 		}
 	}
 
@@ -809,20 +1003,21 @@ func (f *Filter) plan(want *podRuleset, cur *current, st *podState) (*batch, err
 		}
 		b.flushChain(f.netdev, name, nil)
 		b.delChains = append(b.delChains, &nftables.Chain{Name: name, Table: f.netdev})
+		b.shared = true
 	}
 	w := want.ingress
 	have, ok := cur.ndChains[w.name]
 	recreate := ok && !have.matches(w)
 	if recreate {
-		b.flushChain(f.netdev, w.name, cur.ndRules)
+		b.flushChain(f.netdev, w.name, cur.ndRules[w.name])
 		b.delChains = append(b.delChains, &nftables.Chain{Name: w.name, Table: f.netdev})
 	}
 	if !ok || recreate {
 		b.addChains = append(b.addChains, f.newChain(f.netdev, w))
 	}
-	if !ok || recreate || !rulesMatch(cur.ndRules, want.rules[ingressKey]) {
+	if !ok || recreate || !rulesMatch(cur.ndRules[w.name], want.rules[ingressKey]) {
 		if ok && !recreate {
-			b.flushChain(f.netdev, w.name, cur.ndRules)
+			b.flushChain(f.netdev, w.name, cur.ndRules[w.name])
 		}
 		f.addRules(b, f.netdev, w.name, want.rules[ingressKey])
 	}
@@ -857,6 +1052,9 @@ func (f *Filter) plan(want *podRuleset, cur *current, st *podState) (*batch, err
 			}
 			if ok {
 				delMap = append(delMap, nftables.SetElement{Key: a.AsSlice()})
+				// Another pod's address until now (or a chain recreated): the element is
+				// taken over.
+				b.shared = b.shared || c != chain
 			}
 			addMap = append(addMap, nftables.SetElement{Key: a.AsSlice(), VerdictData: jumpTo(chain)})
 		}
@@ -1030,7 +1228,7 @@ func (f *Filter) Remove(uid string) error {
 	b := newBatch()
 	// The pod's addresses: from its meta rules, and from the map elements that lead to it.
 	meta, _ := metaOf(cur.rules[chain])
-	if m, ok := metaOf(cur.ndRules); ok && len(meta.IPs) == 0 {
+	if m, ok := metaOf(cur.ndRules[podChain(id)]); ok && len(meta.IPs) == 0 {
 		meta = m
 	}
 	for i, fam := range families {
