@@ -540,6 +540,70 @@ func (c *WatchCache) mostRecent(ctx context.Context, sel selection) (freshness, 
 	return freshness{rv: rv, quiet: true}, nil
 }
 
+// sameAsKubeAPIServer reports whether the cache holds what the kube-apiserver has now of sel's
+// namespace and labels: the same sandboxes, each at the same resourceVersion. It asks with a
+// list of their metadata (names and resourceVersions, not the objects), and on true returns
+// with c.mu held, the cache unchanged since the comparison, for the caller to answer from.
+//
+// A quiet cache cannot show that it has reached etcd's current revision: the informer learns
+// of later revisions only from a bookmark, about once a minute, and etcd's revision moves with
+// every other resource. But if nothing it selects differs from what the kube-apiserver has,
+// nothing selected changed since the cache's revision (a sandbox created, deleted, changed,
+// or come into or gone out of the labels would differ), and the cache's answer is the
+// kube-apiserver's, at the cache's revision. This costs the kube-apiserver the selection's
+// metadata instead of its objects, and sandbox-apiserver no conversion.
+func (c *WatchCache) sameAsKubeAPIServer(ctx context.Context, sel selection) bool {
+	c.mu.Lock()
+	if c.sameAsKubeAPIServerLocked(ctx, sel) {
+		return true
+	}
+	c.mu.Unlock()
+	return false
+}
+
+// sameAsKubeAPIServerLocked is sameAsKubeAPIServer with c.mu held, which it releases while
+// it asks the kube-apiserver. It holds c.mu when it returns, either way.
+func (c *WatchCache) sameAsKubeAPIServerLocked(ctx context.Context, sel selection) bool {
+	if c.current == nil {
+		return false
+	}
+	c.mu.Unlock()
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(controlv1alpha1.SchemeGroupVersion.WithKind("BatchSandboxList"))
+	opts := []client.ListOption{client.MatchingLabelsSelector{Selector: sel.label}}
+	if sel.namespace != "" {
+		opts = append(opts, client.InNamespace(sel.namespace))
+	}
+	err := c.current.List(ctx, list, opts...)
+	c.mu.Lock()
+	if err != nil || !c.ready {
+		klog.V(4).InfoS("Comparing the sandbox cache with the kube-apiserver", "err", err)
+		return false
+	}
+	n := 0
+	for ns, byName := range c.objects {
+		if sel.namespace != "" && ns != sel.namespace {
+			continue
+		}
+		for _, o := range byName {
+			if sel.label.Matches(labels.Set(o.Labels)) {
+				n++
+			}
+		}
+	}
+	if n != len(list.Items) {
+		return false
+	}
+	for i := range list.Items {
+		m := &list.Items[i]
+		o := c.objects[m.Namespace][m.Name]
+		if o == nil || o.ResourceVersion != m.ResourceVersion {
+			return false
+		}
+	}
+	return true
+}
+
 func (c *WatchCache) freshLocked(f freshness) bool {
 	if c.rv < f.rv {
 		return false
@@ -677,10 +741,14 @@ func (c *WatchCache) list(ctx context.Context, opts *metainternalversion.ListOpt
 		case errors.Is(err, errNotServing):
 			return nil, false, nil
 		case errors.Is(err, errNotFresh):
-			klog.V(4).InfoS("Listing sandboxes from the kube-apiserver: the cache did not catch up in time", "resourceVersion", opts.ResourceVersion, "cache", rv, "needed", f.rv)
-			return nil, false, nil
+			if opts.ResourceVersion != "" || !f.quiet || !c.sameAsKubeAPIServer(ctx, sel) {
+				klog.V(4).InfoS("Listing sandboxes from the kube-apiserver: the cache did not catch up in time", "resourceVersion", opts.ResourceVersion, "cache", rv, "needed", f.rv)
+				return nil, false, nil
+			}
+			// The cache holds what the kube-apiserver has of the selection (c.mu held again).
+		default:
+			return nil, true, waitError(err)
 		}
-		return nil, true, waitError(err)
 	}
 	objs := c.snapshotLocked(sel.namespace)
 	rv := c.rv
@@ -768,6 +836,8 @@ func (c *WatchCache) watch(ctx context.Context, opts *metainternalversion.ListOp
 	switch err := c.waitFreshLocked(ctx, f); {
 	case errors.Is(err, errNotServing):
 		return nil, false, nil
+	case errors.Is(err, errNotFresh) && f.quiet && opts.ResourceVersion == "" && c.sameAsKubeAPIServerLocked(ctx, sel):
+		// The cache holds what the kube-apiserver has of the selection: it serves the watch.
 	case errors.Is(err, errNotFresh):
 		// The cache has not reached what is current, or the client's resourceVersion (one a
 		// list by the kube-apiserver gave it, etcd's revision then): the kube-apiserver serves

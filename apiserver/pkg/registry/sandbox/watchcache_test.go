@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -815,10 +816,13 @@ func TestRESTWithCache(t *testing.T) {
 // namespace/name and resourceVersion, and its current resourceVersion.
 type currentReader struct {
 	mu      sync.Mutex
-	objects map[string]string
+	objects map[string]string            // namespace/name → resourceVersion
+	labels  map[string]map[string]string // namespace/name → labels
 	rv      string
 	err     error
 	reads   int
+	// compared counts the lists of metadata that compare the cache (no limit).
+	compared int
 }
 
 func (r *currentReader) set(rv string, objects map[string]string) {
@@ -862,11 +866,26 @@ func (r *currentReader) List(_ context.Context, list client.ObjectList, opts ...
 	if !ok {
 		return fmt.Errorf("listed a %T, want metadata alone", list)
 	}
-	if o := (&client.ListOptions{}).ApplyOptions(opts); o.Limit != 1 {
-		return fmt.Errorf("listed with limit %d, want 1", o.Limit)
-	}
 	l.ResourceVersion = r.rv
-	return nil
+	o := (&client.ListOptions{}).ApplyOptions(opts)
+	switch o.Limit {
+	case 1:
+		return nil
+	case 0:
+		// The comparison: every BatchSandbox of the namespace and labels, by key as etcd has them.
+		r.compared++
+		keys := slices.Sorted(maps.Keys(r.objects))
+		for _, key := range keys {
+			ns, name, _ := strings.Cut(key, "/")
+			if o.Namespace != "" && ns != o.Namespace || o.LabelSelector != nil && !o.LabelSelector.Matches(labels.Set(r.labels[key])) {
+				continue
+			}
+			m := metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: r.objects[key], Labels: r.labels[key]}}
+			l.Items = append(l.Items, m)
+		}
+		return nil
+	}
+	return fmt.Errorf("listed with limit %d, want 1 or none", o.Limit)
 }
 
 type listResult struct {
@@ -971,6 +990,66 @@ func TestWatchCacheMostRecent(t *testing.T) {
 		cur.set(f.cacheRV(), nil)
 		if r := <-listAsync(nsContext("ns"), f.cache, nil); !r.served || !slices.Equal(r.names, []string{"ns/x"}) {
 			t.Fatalf("list = %+v, want x from the cache", r)
+		}
+	})
+
+	t.Run("a quiet cache that holds what the kube-apiserver has answers", func(t *testing.T) {
+		f := newFeed(t, 100, 100, batchSandbox("ns", "x", map[string]string{"team": "a"}),
+			batchSandbox("ns", "y", map[string]string{"team": "b"}), batchSandbox("other", "z", nil)) // 101-103, listed at 104
+		f.clock.Step(time.Minute)
+		cur := &currentReader{}
+		f.cache.current = cur
+		// etcd moved on with other resources; the sandboxes did not.
+		same := map[string]string{"ns/x": "101", "ns/y": "102", "other/z": "103"}
+		lbls := map[string]map[string]string{"ns/x": {"team": "a"}, "ns/y": {"team": "b"}}
+		cur.set("900", same)
+		cur.labels = lbls
+		if r := <-listAsync(nsContext("ns"), f.cache, nil); !r.served || r.err != nil || !slices.Equal(r.names, []string{"ns/x", "ns/y"}) || r.rv != "104" {
+			t.Fatalf("list = %+v, want x and y from the cache at its own resourceVersion 104", r)
+		}
+		if r := <-listAsync(context.Background(), f.cache, nil); !r.served || !slices.Equal(r.names, []string{"ns/x", "ns/y", "other/z"}) {
+			t.Fatalf("list of every namespace = %+v, want x, y and z from the cache", r)
+		}
+		if cur.compared != 2 {
+			t.Errorf("%d comparisons, want 2", cur.compared)
+		}
+
+		// Differences: changed, deleted, created elsewhere, and a label changed elsewhere.
+		for what, current := range map[string]map[string]string{
+			"changed": {"ns/x": "200", "ns/y": "102", "other/z": "103"},
+			"deleted": {"ns/y": "102", "other/z": "103"},
+			"created": {"ns/w": "201", "ns/x": "101", "ns/y": "102", "other/z": "103"},
+		} {
+			cur.set("900", current)
+			if r := <-listAsync(nsContext("ns"), f.cache, nil); r.served {
+				t.Errorf("%s elsewhere: list = %+v, want it left to the kube-apiserver", what, r)
+			}
+		}
+		cur.set("900", same)
+		cur.labels = map[string]map[string]string{"ns/x": {"team": "a"}, "ns/y": {"team": "a"}}
+		teamA := &metainternalversion.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{"team": "a"})}
+		if r := <-listAsync(nsContext("ns"), f.cache, teamA); r.served {
+			t.Errorf("a label changed elsewhere: list = %+v, want it left to the kube-apiserver", r)
+		}
+		// Only what the selection covers is compared: y's labels matter no more to team b's.
+		cur.labels = lbls
+		cur.objects = map[string]string{"ns/x": "101", "ns/y": "300", "other/z": "103"}
+		if r := <-listAsync(nsContext("ns"), f.cache, teamA); !r.served || !slices.Equal(r.names, []string{"ns/x"}) {
+			t.Errorf("team a, with y changed elsewhere: list = %+v, want x from the cache", r)
+		}
+
+		// A watch from what is current starts from the cache too.
+		cur.set("900", same)
+		w, served, err := f.cache.watch(nsContext("ns"), &metainternalversion.ListOptions{
+			SendInitialEvents: ptr.To(true), AllowWatchBookmarks: true, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+		})
+		if !served || err != nil {
+			t.Fatalf("watch: served %v, err %v; want it from the cache", served, err)
+		}
+		t.Cleanup(w.Stop)
+		want := []string{"ADDED ns/x 101", "ADDED ns/y 102", "BOOKMARK 104 map[k8s.io/initial-events-end:true]"}
+		if diff := cmp.Diff(want, nextN(t, w, 3)); diff != "" {
+			t.Errorf("initial events (-want +got):\n%s", diff)
 		}
 	})
 
