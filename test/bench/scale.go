@@ -651,6 +651,9 @@ func paced(ctx context.Context, n, rate int, create func(ctx context.Context, i 
 
 // allocate: -scale-allocations pooled sandboxes at -scale-rate creates/s, create → Ready.
 func (s *scaleBench) allocate(ctx context.Context) error {
+	// The watch ends with this phase, not when the control plane stops under it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	rt, err := s.watchReady(ctx, scalePoolNS)
 	if err != nil {
 		return err
