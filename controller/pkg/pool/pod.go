@@ -11,10 +11,6 @@ import (
 // poolReadinessPeriodSeconds: see buildPod.
 const poolReadinessPeriodSeconds = 10
 
-// buildPod makes an idle pod of the pool: the template with execd installed, trusting clientCA,
-// belonging to no sandbox until one claims it, under runtimeClass (the platform's default) if
-// the template names none. The name is generated: pool pods are
-// interchangeable until allocated.
 // poolOwnerRef makes the pool an idle pod's controller, without blockOwnerDeletion: the
 // allocation takes this reference away, and the garbage collector answers the removal of a
 // blocking reference by reading the owner back from the kube-apiserver (a GET of the pool for
@@ -26,6 +22,10 @@ func poolOwnerRef(pool *controlv1alpha1.Pool) metav1.OwnerReference {
 	return *ref
 }
 
+// buildPod makes an idle pod of the pool: the template with execd installed, trusting clientCA,
+// belonging to no sandbox until one claims it, under runtimeClass (the platform's default) if
+// the template names none. The name is generated: pool pods are
+// interchangeable until allocated.
 func buildPod(pool *controlv1alpha1.Pool, revision, execdImage string, clientCA []byte, podEgress *sandboxpod.Egress, runtimeClass string) *corev1.Pod {
 	tmpl := pool.Spec.Template.DeepCopy()
 	pod := &corev1.Pod{
