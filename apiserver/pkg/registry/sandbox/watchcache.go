@@ -524,8 +524,7 @@ func (c *WatchCache) mostRecent(ctx context.Context, sel selection) (freshness, 
 		}
 		return freshness{rv: rv}, nil
 	}
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(controlv1alpha1.SchemeGroupVersion.WithKind("BatchSandboxList"))
+	list := batchSandboxMetadata()
 	opts := []client.ListOption{client.Limit(1)}
 	if sel.namespace != "" {
 		opts = append(opts, client.InNamespace(sel.namespace))
@@ -540,10 +539,20 @@ func (c *WatchCache) mostRecent(ctx context.Context, sel selection) (freshness, 
 	return freshness{rv: rv, quiet: true}, nil
 }
 
-// sameAsKubeAPIServer reports whether the cache holds what the kube-apiserver has now of sel's
-// namespace and labels: the same sandboxes, each at the same resourceVersion. It asks with a
-// list of their metadata (names and resourceVersions, not the objects), and on true returns
-// with c.mu held, the cache unchanged since the comparison, for the caller to answer from.
+// batchSandboxMetadata is a list of BatchSandboxes' metadata alone, to read into.
+func batchSandboxMetadata() *metav1.PartialObjectMetadataList {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(controlv1alpha1.SchemeGroupVersion.WithKind("BatchSandboxList"))
+	return list
+}
+
+// currentThoughQuietLocked tells, for a request that waitFreshLocked answered with err,
+// whether the cache may answer it all the same: it asked for what is current (no
+// resourceVersion), the cache stopped moving before it showed that (f.quiet), and it holds
+// what the kube-apiserver has now of sel's namespace and labels, the same sandboxes each at
+// the same resourceVersion. It asks with a list of their metadata (names and
+// resourceVersions, not the objects), with c.mu released meanwhile; c.mu is held when it
+// returns, either way, and on true the cache has not changed since the comparison.
 //
 // A quiet cache cannot show that it has reached etcd's current revision: the informer learns
 // of later revisions only from a bookmark, about once a minute, and etcd's revision moves with
@@ -552,43 +561,27 @@ func (c *WatchCache) mostRecent(ctx context.Context, sel selection) (freshness, 
 // or come into or gone out of the labels would differ), and the cache's answer is the
 // kube-apiserver's, at the cache's revision. This costs the kube-apiserver the selection's
 // metadata instead of its objects, and sandbox-apiserver no conversion.
-func (c *WatchCache) sameAsKubeAPIServer(ctx context.Context, sel selection) bool {
-	c.mu.Lock()
-	if c.sameAsKubeAPIServerLocked(ctx, sel) {
-		return true
-	}
-	c.mu.Unlock()
-	return false
-}
-
-// sameAsKubeAPIServerLocked is sameAsKubeAPIServer with c.mu held, which it releases while
-// it asks the kube-apiserver. It holds c.mu when it returns, either way.
-func (c *WatchCache) sameAsKubeAPIServerLocked(ctx context.Context, sel selection) bool {
-	if c.current == nil {
+func (c *WatchCache) currentThoughQuietLocked(ctx context.Context, err error, f freshness, rvParam string, sel selection) bool {
+	if !errors.Is(err, errNotFresh) || !f.quiet || rvParam != "" || c.current == nil {
 		return false
 	}
 	c.mu.Unlock()
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(controlv1alpha1.SchemeGroupVersion.WithKind("BatchSandboxList"))
+	list := batchSandboxMetadata()
 	opts := []client.ListOption{client.MatchingLabelsSelector{Selector: sel.label}}
 	if sel.namespace != "" {
 		opts = append(opts, client.InNamespace(sel.namespace))
 	}
-	err := c.current.List(ctx, list, opts...)
+	err = c.current.List(ctx, list, opts...)
 	c.mu.Lock()
 	if err != nil || !c.ready {
 		klog.V(4).InfoS("Comparing the sandbox cache with the kube-apiserver", "err", err)
 		return false
 	}
+	compared := selection{namespace: sel.namespace, label: sel.label, field: fields.Everything()}
 	n := 0
-	for ns, byName := range c.objects {
-		if sel.namespace != "" && ns != sel.namespace {
-			continue
-		}
-		for _, o := range byName {
-			if sel.label.Matches(labels.Set(o.Labels)) {
-				n++
-			}
+	for _, o := range c.snapshotLocked(sel.namespace) {
+		if compared.matches(o) {
+			n++
 		}
 	}
 	if n != len(list.Items) {
@@ -596,8 +589,7 @@ func (c *WatchCache) sameAsKubeAPIServerLocked(ctx context.Context, sel selectio
 	}
 	for i := range list.Items {
 		m := &list.Items[i]
-		o := c.objects[m.Namespace][m.Name]
-		if o == nil || o.ResourceVersion != m.ResourceVersion {
+		if o := c.objects[m.Namespace][m.Name]; o == nil || o.ResourceVersion != m.ResourceVersion {
 			return false
 		}
 	}
@@ -734,21 +726,17 @@ func (c *WatchCache) list(ctx context.Context, opts *metainternalversion.ListOpt
 
 	c.mu.Lock()
 	f := c.freshnessLocked(opts.ResourceVersion, minRV, recent)
-	if err := c.waitFreshLocked(ctx, f); err != nil {
+	if err := c.waitFreshLocked(ctx, f); err != nil && !c.currentThoughQuietLocked(ctx, err, f, opts.ResourceVersion, sel) {
 		rv := c.rv
 		c.mu.Unlock()
 		switch {
 		case errors.Is(err, errNotServing):
 			return nil, false, nil
 		case errors.Is(err, errNotFresh):
-			if opts.ResourceVersion != "" || !f.quiet || !c.sameAsKubeAPIServer(ctx, sel) {
-				klog.V(4).InfoS("Listing sandboxes from the kube-apiserver: the cache did not catch up in time", "resourceVersion", opts.ResourceVersion, "cache", rv, "needed", f.rv)
-				return nil, false, nil
-			}
-			// The cache holds what the kube-apiserver has of the selection (c.mu held again).
-		default:
-			return nil, true, waitError(err)
+			klog.V(4).InfoS("Listing sandboxes from the kube-apiserver: the cache did not catch up in time", "resourceVersion", opts.ResourceVersion, "cache", rv, "needed", f.rv)
+			return nil, false, nil
 		}
+		return nil, true, waitError(err)
 	}
 	objs := c.snapshotLocked(sel.namespace)
 	rv := c.rv
@@ -836,7 +824,7 @@ func (c *WatchCache) watch(ctx context.Context, opts *metainternalversion.ListOp
 	switch err := c.waitFreshLocked(ctx, f); {
 	case errors.Is(err, errNotServing):
 		return nil, false, nil
-	case errors.Is(err, errNotFresh) && f.quiet && opts.ResourceVersion == "" && c.sameAsKubeAPIServerLocked(ctx, sel):
+	case c.currentThoughQuietLocked(ctx, err, f, opts.ResourceVersion, sel):
 		// The cache holds what the kube-apiserver has of the selection: it serves the watch.
 	case errors.Is(err, errNotFresh):
 		// The cache has not reached what is current, or the client's resourceVersion (one a
