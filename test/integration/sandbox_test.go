@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -133,6 +134,52 @@ func TestSandboxCreateGetListDelete(t *testing.T) {
 	}
 	if err := api.Delete(ctx, "demo", metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("second delete: got %v, want NotFound", err)
+	}
+}
+
+// TestSandboxMetadataClient: Kubernetes' namespace controller and garbage collector reach
+// sandboxes through the metadata client, which asks for protobuf first and JSON second. Sandboxes
+// have no protobuf encoding; the server must answer JSON, not fail to write protobuf, or a
+// namespace holding sandboxes cannot be deleted.
+func TestSandboxMetadataClient(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	api := sandboxes.SandboxV1alpha1().Sandboxes(ns)
+	for _, name := range []string{"one", "two", "three"} {
+		if _, err := api.Create(ctx, sandbox(name), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	meta, err := metadata.NewForConfig(cp.Config(framework.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := meta.Resource(sandboxv1alpha1.SchemeGroupVersion.WithResource("sandboxes")).Namespace(ns)
+
+	list, err := res.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("metadata list: %v", err)
+	}
+	var names []string
+	for _, item := range list.Items {
+		names = append(names, item.Name)
+	}
+	if want := []string{"one", "three", "two"}; !cmp.Equal(names, want) {
+		t.Errorf("metadata list = %v, want %v", names, want)
+	}
+	got, err := res.Get(ctx, "one", metav1.GetOptions{})
+	if err != nil || got.Labels["team"] != "a" {
+		t.Fatalf("metadata get: %v, labels %v", err, got)
+	}
+
+	if err := res.Delete(ctx, "one", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("metadata delete: %v", err)
+	}
+	if err := res.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatalf("metadata deletecollection: %v", err)
+	}
+	for _, name := range []string{"one", "two", "three"} {
+		waitGone(t, ns, name)
 	}
 }
 

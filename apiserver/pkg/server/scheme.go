@@ -19,6 +19,23 @@ var (
 	ParameterCodec = runtime.NewParameterCodec(Scheme)
 )
 
+// withoutProtobuf offers no protobuf for the group's resources, as the kube-apiserver offers none
+// for custom resources: the served types have no protobuf encoding. Clients that prefer protobuf
+// and take JSON too (the metadata client the namespace controller and the garbage collector use
+// for delete and deletecollection asks "protobuf, then JSON") get JSON, instead of an error the
+// protobuf serializer would only meet when writing the response.
+type withoutProtobuf struct{ runtime.NegotiatedSerializer }
+
+func (s withoutProtobuf) SupportedMediaTypes() []runtime.SerializerInfo {
+	var infos []runtime.SerializerInfo
+	for _, info := range s.NegotiatedSerializer.SupportedMediaTypes() {
+		if info.MediaType != runtime.ContentTypeProtobuf {
+			infos = append(infos, info)
+		}
+	}
+	return infos
+}
+
 func init() {
 	utilruntime.Must(sandboxv1alpha1.AddToServerScheme(Scheme))
 	utilruntime.Must(Scheme.SetVersionPriority(sandboxv1alpha1.SchemeGroupVersion))

@@ -201,6 +201,7 @@ func (c completedConfig) New() (*SandboxServer, error) {
 		Clock: clk,
 	}
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(sandboxv1alpha1.GroupName, Scheme, ParameterCodec, Codecs)
+	apiGroupInfo.NegotiatedSerializer = withoutProtobuf{apiGroupInfo.NegotiatedSerializer}
 	apiGroupInfo.VersionedResourcesStorageMap[sandboxv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"sandboxes":        sandboxes,
 		"sandboxes/status": sandboxregistry.NewStatusREST(sandboxes),
