@@ -55,6 +55,7 @@ var (
 	_ rest.Watcher              = &REST{}
 	_ rest.Updater              = &REST{}
 	_ rest.GracefulDeleter      = &REST{}
+	_ rest.CollectionDeleter    = &REST{}
 )
 
 // NewREST returns the sandboxes storage over a BatchSandbox client.
@@ -386,6 +387,54 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 	// The BatchSandbox is gone at once unless finalizers hold it; either way the caller gets
 	// the sandbox as it was.
 	return sbx, len(bs.Finalizers) == 0, nil
+}
+
+// deleteCollectionPageSize is how many sandboxes a deletecollection lists at a time, the
+// kube-apiserver's page for the same.
+const deleteCollectionPageSize = 10000
+
+// DeleteCollection implements rest.CollectionDeleter, as the kube-apiserver's generic registry
+// does: it lists the selected sandboxes a page at a time and deletes each as Delete would (with
+// the same options, admission and dry-run), one after another (the kube-apiserver's default of
+// one worker). A sandbox gone meanwhile is no error; any other error stops it, and the sandboxes
+// deleted so far stay deleted. It returns the sandboxes it selected. Kubernetes' namespace
+// controller uses it to empty a namespace that is being deleted.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	if listOptions == nil {
+		listOptions = &metainternalversion.ListOptions{}
+	} else {
+		listOptions = listOptions.DeepCopy()
+	}
+	onePage := listOptions.Limit > 0
+	if !onePage {
+		listOptions.Limit = deleteCollectionPageSize
+	}
+	all := &sandboxv1alpha1.SandboxList{Items: []sandboxv1alpha1.Sandbox{}}
+	for {
+		out, err := r.List(ctx, listOptions)
+		if err != nil {
+			return nil, err
+		}
+		page := out.(*sandboxv1alpha1.SandboxList)
+		for i := range page.Items {
+			if _, _, err := r.Delete(ctx, page.Items[i].Name, deleteValidation, options.DeepCopy()); err != nil && !apierrors.IsNotFound(err) {
+				return nil, err
+			}
+		}
+		all.Items = append(all.Items, page.Items...)
+		if all.ResourceVersion == "" {
+			all.ResourceVersion = page.ResourceVersion
+		}
+		if onePage || page.Continue == "" {
+			if onePage {
+				all.ListMeta = page.ListMeta
+			}
+			return all, nil
+		}
+		listOptions.Continue = page.Continue
+		// A continued list is read at the first page's resourceVersion.
+		listOptions.ResourceVersion, listOptions.ResourceVersionMatch = "", ""
+	}
 }
 
 // createOptions and deleteOptions carry the caller's options to the backend. (controller-runtime

@@ -596,6 +596,96 @@ func TestDelete(t *testing.T) {
 	}
 }
 
+func TestDeleteCollection(t *testing.T) {
+	held := batchSandbox("ns", "held", map[string]string{"team": "a"})
+	held.Finalizers = []string{"example.com/keep"}
+	stored := func() []client.Object {
+		return []client.Object{
+			batchSandbox("ns", "a", map[string]string{"team": "a"}),
+			batchSandbox("ns", "b", map[string]string{"team": "b"}),
+			batchSandbox("ns", "c", map[string]string{"team": "a"}),
+			held.DeepCopy(),
+			batchSandbox("other", "d", map[string]string{"team": "a"}),
+		}
+	}
+	teamA := &metainternalversion.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{"team": "a"})}
+	refuseC := func(_ context.Context, obj runtime.Object) error {
+		if obj.(*sandboxv1alpha1.Sandbox).Name == "c" {
+			return apierrors.NewForbidden(sandboxResource, "c", errors.New("admission says no"))
+		}
+		return nil
+	}
+	tests := []struct {
+		name     string
+		list     *metainternalversion.ListOptions
+		options  *metav1.DeleteOptions
+		validate rest.ValidateObjectFunc
+		wantErr  *apitesting.APIErr
+		// wantReturned: the sandboxes returned; wantRemaining: the BatchSandboxes left.
+		wantReturned  []string
+		wantRemaining []string
+	}{
+		{
+			name:          "the namespace's selected sandboxes",
+			list:          teamA,
+			wantReturned:  []string{"a", "c", "held"},
+			wantRemaining: []string{"ns/b", "ns/held", "other/d"},
+		},
+		{
+			name:          "nil options: all of the namespace",
+			wantReturned:  []string{"a", "b", "c", "held"},
+			wantRemaining: []string{"ns/held", "other/d"},
+		},
+		{
+			name:          "dry run deletes nothing",
+			list:          teamA,
+			options:       &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}},
+			wantReturned:  []string{"a", "c", "held"},
+			wantRemaining: []string{"ns/a", "ns/b", "ns/c", "ns/held", "other/d"},
+		},
+		{
+			name:          "a refusal stops it",
+			list:          teamA,
+			validate:      refuseC,
+			wantErr:       &apitesting.APIErr{Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Group: "sandbox.kube-sandbox.io", Kind: "sandboxes", Name: "c"},
+			wantRemaining: []string{"ns/b", "ns/c", "ns/held", "other/d"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, backend := newREST(t, stored()...)
+			out, err := r.DeleteCollection(nsContext("ns"), tt.validate, tt.options, tt.list)
+			if tt.wantErr != nil {
+				if err == nil {
+					t.Fatalf("DeleteCollection() = %v, want an error", out)
+				}
+				if diff := cmp.Diff(*tt.wantErr, apitesting.APIErrOf(t, err)); diff != "" {
+					t.Errorf("DeleteCollection() error %v (-want +got):\n%s", err, diff)
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("DeleteCollection() error: %v", err)
+				}
+				list, ok := out.(*sandboxv1alpha1.SandboxList)
+				if !ok {
+					t.Fatalf("DeleteCollection() = %T, want *SandboxList", out)
+				}
+				var names []string
+				for _, sbx := range list.Items {
+					names = append(names, sbx.Name)
+				}
+				sort.Strings(names)
+				if diff := cmp.Diff(tt.wantReturned, names); diff != "" {
+					t.Errorf("DeleteCollection() returned (-want +got):\n%s", diff)
+				}
+			}
+			if diff := cmp.Diff(tt.wantRemaining, storedBatchSandboxes(t, backend)); diff != "" {
+				t.Errorf("BatchSandboxes left (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestDeleteConflictNamesSandboxes(t *testing.T) {
 	r, _ := newREST(t, batchSandbox("ns", "demo", nil))
 	_, _, err := r.Delete(nsContext("ns"), "demo", nil, &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: ptr.To("12345")}})
