@@ -51,6 +51,11 @@ spec:
 		t.Fatalf("apply by another manager: exit %d: %s%s; want a conflict naming .spec.replicas", r.code, r.stdout, r.stderr)
 	}
 
+	// kubectl diff reads the live object and then asks for a dry-run apply: two reads. While the
+	// sandbox starts, its status moves between them, and diff rightly shows that. Diff a settled one.
+	if r := kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "sandbox/applied", "--timeout=120s"); r.code != 0 {
+		t.Fatalf("kubectl wait --for=condition=Ready before diff: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
 	for _, mode := range [][]string{{"--server-side"}, nil} {
 		name := "diff " + strings.Join(mode, " ")
 		args := append([]string{"-n", ns, "diff", "-f", "-"}, mode...)
