@@ -105,11 +105,18 @@ type Filter struct {
 	// transaction with that pod in it, as the kernel would (tests of syncGroup).
 	transactions int
 	refuse       func(uid string) error
-	nft          *nftables.Conn
-	raw          *mdnetlink.Conn // nf_tables too, for what the library does not parse (hook devices)
-	nl           *netlink.Handle
-	ns           netns.NsHandle // a copy of Options.NetNS, or none
-	pods         map[string]*podState
+	// reopened counts the nf_tables connections opened again (see transact), for tests.
+	reopened int
+	// nft is the nf_tables connection, under mu; nftOpts opened it, and open it again when a
+	// transaction fails (see transact). nftErr is why it could not be opened again, if so:
+	// until it is, no transaction is sent.
+	nft     *nftables.Conn
+	nftOpts []nftables.ConnOption
+	nftErr  error
+	raw     *mdnetlink.Conn // nf_tables too, for what the library does not parse (hook devices)
+	nl      *netlink.Handle
+	ns      netns.NsHandle // a copy of Options.NetNS, or none
+	pods    map[string]*podState
 	// walking is held (read) by the conntrack walks, which run without mu, and taken by
 	// Close, under mu, before it closes nl.
 	walking sync.RWMutex
@@ -183,6 +190,7 @@ func New(o Options) (*Filter, error) {
 		}
 		return nil, err
 	}
+	f.nftOpts = nftOpts
 	if f.nft, err = nftables.New(nftOpts...); err != nil {
 		return fail(fmt.Errorf("open nf_tables netlink socket: %w", err))
 	}
@@ -611,10 +619,44 @@ func (f *Filter) apply(taken []plannedSync) error {
 			all.merge(t.b)
 		}
 	}
-	if err := all.queue(f); err != nil {
-		return fmt.Errorf("%w: %w", errQueue, err)
+	return f.transact(all.queue)
+}
+
+// transact queues one transaction with queue and sends it; the kernel applies it whole or not
+// at all. mu must be held. A transaction that fails takes the connection with it, and the
+// next one starts on a new one: the nftables Conn cannot drop what was queued (its next Flush
+// would send the rest of a half-queued transaction with the next one), it keeps a
+// serialization error for good, and a send that stops at the first error leaves
+// acknowledgements unread on the socket. An error of queue is wrapped in errQueue.
+func (f *Filter) transact(queue func(c *nftables.Conn) error) error {
+	if f.nftErr != nil {
+		if err := f.reopen(); err != nil {
+			return err
+		}
 	}
-	return f.nft.Flush()
+	err := queue(f.nft)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", errQueue, err)
+	} else if err = f.nft.Flush(); err == nil {
+		return nil
+	}
+	if rerr := f.reopen(); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return err
+}
+
+// reopen replaces the nf_tables connection with a new one (see transact). mu must be held.
+func (f *Filter) reopen() error {
+	c, err := nftables.New(f.nftOpts...)
+	if err != nil {
+		f.nftErr = fmt.Errorf("open nf_tables netlink socket again: %w", err)
+		return f.nftErr
+	}
+	_ = f.nft.CloseLasting()
+	f.nft, f.nftErr = c, nil
+	f.reopened++
+	return nil
 }
 
 // loadMirror reads back, before the mirror is trusted for a set that is kept, the elements
@@ -786,8 +828,7 @@ func (b *batch) flushChain(t *nftables.Table, name string, rules []*nftables.Rul
 	}
 }
 
-func (b *batch) queue(f *Filter) error {
-	c := f.nft
+func (b *batch) queue(c *nftables.Conn) error {
 	for _, t := range b.addTables {
 		c.AddTable(t)
 	}
@@ -1276,10 +1317,7 @@ func (f *Filter) Remove(uid string) error {
 		}
 	}
 	if !b.empty() {
-		if err := b.queue(f); err != nil {
-			return err
-		}
-		if err := f.nft.Flush(); err != nil {
+		if err := f.transact(b.queue); err != nil {
 			return fmt.Errorf("pod %s: remove filter: %w", uid, err)
 		}
 	}
@@ -1452,18 +1490,21 @@ func (f *Filter) Learn(uid, key string, addrs []netip.Addr, ttl time.Duration) e
 		}
 		learned = append(learned, a)
 	}
-	for i, elems := range [][]nftables.SetElement{v4, v6} {
-		if len(elems) == 0 {
-			continue
-		}
-		s := f.newSet(setSpec{name: names[i], key: key, v6: i == 1, learns: true})
-		if err := f.nft.SetAddElements(s, elems); err != nil {
-			return fmt.Errorf("learn %q for pod %s: add to set %s: %w", key, uid, s.Name, err)
-		}
-	}
 	// Adding an element that is already there (without NLM_F_EXCL) updates its timeout, on
 	// kernels since 6.10; the mirror records the new expiry either way.
-	if err := f.nft.Flush(); err != nil {
+	err := f.transact(func(c *nftables.Conn) error {
+		for i, elems := range [][]nftables.SetElement{v4, v6} {
+			if len(elems) == 0 {
+				continue
+			}
+			s := f.newSet(setSpec{name: names[i], key: key, v6: i == 1, learns: true})
+			if err := c.SetAddElements(s, elems); err != nil {
+				return fmt.Errorf("add to set %s: %w", s.Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("learn %q for pod %s: %w", key, uid, err)
 	}
 	now := f.now()

@@ -127,6 +127,13 @@ func (f *Filter) CheckKernel() (err error) {
 	}
 
 	defer func() {
+		if err != nil {
+			// What a failed step left queued must not go with the clean-up (see transact).
+			if rerr := f.reopen(); rerr != nil {
+				return
+			}
+			c = f.nft
+		}
 		// Only those that were made: deleting one that is not there would fail the batch.
 		for _, t := range []*nftables.Table{in, nd} {
 			if have, ferr := f.findTable(t); ferr == nil && have != nil {

@@ -3,9 +3,13 @@ package nodefilter
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/google/nftables"
 
 	"github.com/kube-sandbox/kube-sandbox/sidecars/egress/egressapi"
 )
@@ -170,5 +174,52 @@ func TestSyncConcurrentClaims(t *testing.T) {
 			t.Error(err)
 		}
 		holds(t, f, pods, m)
+	}
+}
+
+// TestFailedTransactionLeavesNothing: a transaction that fails while it is being queued sends
+// nothing, then or later. The nftables connection keeps what was queued until its next Flush,
+// which would send it inside the next pod's transaction; transact starts that one on a new
+// connection.
+func TestFailedTransactionLeavesNothing(t *testing.T) {
+	requireRoot(t)
+	f, pods, denyAll, own := benchFilter(t, 2)
+	leak := &nftables.Table{Name: "leaked", Family: nftables.TableFamilyINet}
+	// An anonymous set cannot take elements: queueing fails after the table is queued.
+	bad := newBatch()
+	bad.addTables = append(bad.addTables, leak)
+	bad.addElems = append(bad.addElems, elemOp{set: &nftables.Set{Table: f.inet, Name: "__set0", Anonymous: true}})
+
+	f.mu.Lock()
+	err := f.apply([]plannedSync{{b: bad}})
+	f.mu.Unlock()
+	if !errors.Is(err, errQueue) {
+		t.Fatalf("apply of a batch that cannot be queued: %v, want errQueue", err)
+	}
+	// The next transaction (a claim) and a learned name go through, alone.
+	if changed, err := f.Sync(pods[0], own); err != nil || !changed {
+		t.Fatalf("sync after the failure: changed %v, err %v", changed, err)
+	}
+	if err := f.Learn(pods[0].UID, "pypi.org", []netip.Addr{netip.MustParseAddr("10.99.0.1")}, time.Minute); err != nil {
+		t.Fatalf("learn after the failure: %v", err)
+	}
+	f.mu.Lock()
+	have, err := f.findTable(leak)
+	reopened := f.reopened
+	f.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if have != nil {
+		t.Errorf("table %s exists: the failed transaction's queued part was sent with a later one", leak.Name)
+	}
+	if reopened != 1 {
+		t.Errorf("the connection was opened again %d times, want 1", reopened)
+	}
+	// Both pods hold what they were given: the claim's policy, and deny-all.
+	for i, m := range []*egressapi.Matcher{own, denyAll} {
+		if changed, err := f.Sync(pods[i], m); err != nil || changed {
+			t.Errorf("pod %s: a Sync again changed %v (want false), err %v", pods[i].UID, changed, err)
+		}
 	}
 }
