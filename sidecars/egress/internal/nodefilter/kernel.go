@@ -35,7 +35,6 @@ func (f *Filter) CheckKernel() (err error) {
 	if f.closed {
 		return ErrClosed
 	}
-	c := f.nft
 	nd := &nftables.Table{Name: IngressTable + probeSuffix, Family: nftables.TableFamilyNetdev}
 	in := &nftables.Table{Name: EgressTable + probeSuffix, Family: nftables.TableFamilyINet}
 
@@ -46,8 +45,7 @@ func (f *Filter) CheckKernel() (err error) {
 			return err
 		}
 		if have != nil {
-			c.DelTable(t)
-			if err := c.Flush(); err != nil {
+			if err := f.transact(func(c *nftables.Conn) error { c.DelTable(t); return nil }); err != nil {
 				return fmt.Errorf("delete stale probe table %s: %w", t.Name, err)
 			}
 		}
@@ -66,14 +64,14 @@ func (f *Filter) CheckKernel() (err error) {
 	set6 := &nftables.Set{Table: in, Name: "timeout_6", HasTimeout: true, KeyType: nftables.TypeIP6Addr}
 	// never is the guard: no packet is both UDP and TCP.
 	never := join(l4proto(unix.IPPROTO_UDP), l4proto(unix.IPPROTO_TCP))
-	rule := func(ch *nftables.Chain, exprs ...any) func() error {
-		return func() error {
+	rule := func(ch *nftables.Chain, exprs ...any) func(*nftables.Conn) error {
+		return func(c *nftables.Conn) error {
 			c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: join(never, join(exprs...))})
 			return nil
 		}
 	}
-	comment := func(ch *nftables.Chain, exprs ...any) func() error {
-		return func() error {
+	comment := func(ch *nftables.Chain, exprs ...any) func(*nftables.Conn) error {
+		return func(c *nftables.Conn) error {
 			ud, err := ruleUserData(ch.Table.Family, ch.Name, "probe", nil, maxCommentLen)
 			if err != nil {
 				return err
@@ -85,10 +83,10 @@ func (f *Filter) CheckKernel() (err error) {
 
 	steps := []struct {
 		feature string
-		queue   func() error
+		queue   func(*nftables.Conn) error
 	}{
-		{"netdev family tables", func() error { c.AddTable(nd); return nil }},
-		{"netdev chains on a device's ingress hook", func() error { c.AddChain(ingress); return nil }},
+		{"netdev family tables", func(c *nftables.Conn) error { c.AddTable(nd); return nil }},
+		{"netdev chains on a device's ingress hook", func(c *nftables.Conn) error { c.AddChain(ingress); return nil }},
 		{"rules without expressions, with comments (user data)", comment(ingress)},
 		{"ether type, arp and ip matches", rule(ingress, etherType(unix.ETH_P_ARP),
 			neqAll(load(expr.PayloadBaseNetworkHeader, 14, 4), []netip.Addr{netip.AddrFrom4([4]byte{192, 0, 2, 1})}), drop())},
@@ -96,12 +94,12 @@ func (f *Filter) CheckKernel() (err error) {
 			load(expr.PayloadBaseNetworkHeader, 8, 16), notInPrefix(linkLocal), counter(), drop())},
 		{"icmpv6 matches in netdev chains", rule(ingress, l4proto(unix.IPPROTO_ICMPV6),
 			load(expr.PayloadBaseTransportHeader, 0, 1), inRange([]byte{130}, []byte{136}), neq([]byte{134}), accept())},
-		{"inet family tables", func() error { c.AddTable(in); return nil }},
-		{"filter chains on the prerouting hook", func() error { c.AddChain(filter); return nil }},
-		{"nat chains on the prerouting hook", func() error { c.AddChain(nat); return nil }},
-		{"regular chains", func() error { c.AddChain(regular); return nil }},
+		{"inet family tables", func(c *nftables.Conn) error { c.AddTable(in); return nil }},
+		{"filter chains on the prerouting hook", func(c *nftables.Conn) error { c.AddChain(filter); return nil }},
+		{"nat chains on the prerouting hook", func(c *nftables.Conn) error { c.AddChain(nat); return nil }},
+		{"regular chains", func(c *nftables.Conn) error { c.AddChain(regular); return nil }},
 		{"jumps to a regular chain", rule(filter, jumpTo(regular.Name))},
-		{"verdict maps", func() error {
+		{"verdict maps", func(c *nftables.Conn) error {
 			return c.AddSet(vmap4, []nftables.SetElement{{Key: []byte{192, 0, 2, 1}, VerdictData: jumpTo(regular.Name)}})
 		}},
 		{"verdict map lookups", rule(filter, nfproto(unix.NFPROTO_IPV4), load(expr.PayloadBaseNetworkHeader, 12, 4), vmap(vmap4.Name))},
@@ -113,11 +111,13 @@ func (f *Filter) CheckKernel() (err error) {
 		{"counters", rule(regular, counter(), accept())},
 		{"reject with tcp reset in prerouting", rule(regular, &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})},
 		{"reject with icmpx in prerouting", rule(regular, &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED})},
-		{"ipv6_addr sets", func() error { return c.AddSet(plain6, []nftables.SetElement{{Key: probeAddr6.AsSlice()}}) }},
-		{"ipv4_addr sets with timeouts", func() error {
+		{"ipv6_addr sets", func(c *nftables.Conn) error {
+			return c.AddSet(plain6, []nftables.SetElement{{Key: probeAddr6.AsSlice()}})
+		}},
+		{"ipv4_addr sets with timeouts", func(c *nftables.Conn) error {
 			return c.AddSet(set4, []nftables.SetElement{{Key: []byte{192, 0, 2, 1}, Timeout: time.Minute}})
 		}},
-		{"ipv6_addr sets with timeouts", func() error {
+		{"ipv6_addr sets with timeouts", func(c *nftables.Conn) error {
 			return c.AddSet(set6, []nftables.SetElement{{Key: probeAddr6.AsSlice(), Timeout: time.Minute}})
 		}},
 		{"set lookups", rule(regular, nfproto(unix.NFPROTO_IPV4), load(expr.PayloadBaseNetworkHeader, 16, 4), lookup(set4.Name),
@@ -127,28 +127,25 @@ func (f *Filter) CheckKernel() (err error) {
 	}
 
 	defer func() {
-		if err != nil {
-			// What a failed step left queued must not go with the clean-up (see transact).
-			if rerr := f.reopen(); rerr != nil {
-				return
-			}
-			c = f.nft
-		}
 		// Only those that were made: deleting one that is not there would fail the batch.
+		var made []*nftables.Table
 		for _, t := range []*nftables.Table{in, nd} {
 			if have, ferr := f.findTable(t); ferr == nil && have != nil {
-				c.DelTable(t)
+				made = append(made, t)
 			}
 		}
-		if derr := c.Flush(); derr != nil && err == nil {
+		derr := f.transact(func(c *nftables.Conn) error {
+			for _, t := range made {
+				c.DelTable(t)
+			}
+			return nil
+		})
+		if derr != nil && err == nil {
 			err = fmt.Errorf("delete probe tables: %w", derr)
 		}
 	}()
 	for _, s := range steps {
-		if err := s.queue(); err != nil {
-			return fmt.Errorf("the kernel lacks nf_tables %s: %w", s.feature, err)
-		}
-		if err := c.Flush(); err != nil {
+		if err := f.transact(s.queue); err != nil {
 			return fmt.Errorf("the kernel lacks nf_tables %s: %w", s.feature, err)
 		}
 	}
