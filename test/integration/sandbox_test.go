@@ -175,12 +175,19 @@ func TestSandboxMetadataClient(t *testing.T) {
 	if err := res.Delete(ctx, "one", metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("metadata delete: %v", err)
 	}
+	waitGone(t, ns, "one")
+	// With a limit, one page goes: the first sandbox by name.
+	if err := res.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{Limit: 1}); err != nil {
+		t.Fatalf("metadata deletecollection of one page: %v", err)
+	}
+	waitGone(t, ns, "three")
+	if _, err := api.Get(ctx, "two", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the sandbox on the next page: %v", err)
+	}
 	if err := res.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatalf("metadata deletecollection: %v", err)
 	}
-	for _, name := range []string{"one", "two", "three"} {
-		waitGone(t, ns, name)
-	}
+	waitGone(t, ns, "two")
 }
 
 func TestSandboxDryRunCreatesNothing(t *testing.T) {

@@ -177,6 +177,15 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	if out, served, err := r.cache.list(ctx, options); served {
 		return out, err
 	}
+	out, err := r.listBackend(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// listBackend lists from the kube-apiserver.
+func (r *REST) listBackend(ctx context.Context, options *metainternalversion.ListOptions) (*sandboxv1alpha1.SandboxList, error) {
 	list := &controlv1alpha1.BatchSandboxList{}
 	if err := r.backend.List(ctx, list, listOptions(ctx, options)); err != nil {
 		return nil, translateError(err, "")
@@ -396,9 +405,10 @@ const deleteCollectionPageSize = 10000
 // DeleteCollection implements rest.CollectionDeleter, as the kube-apiserver's generic registry
 // does: it lists the selected sandboxes a page at a time and deletes each as Delete would (with
 // the same options, admission and dry-run), one after another (the kube-apiserver's default of
-// one worker). A sandbox gone meanwhile is no error; any other error stops it, and the sandboxes
-// deleted so far stay deleted. It returns the sandboxes it selected. Kubernetes' namespace
-// controller uses it to empty a namespace that is being deleted.
+// one worker). The pages come from the kube-apiserver, not the cache: the cache ignores limit,
+// and here a limit says how many to delete. A sandbox gone meanwhile is no error; any other
+// error stops it, and the sandboxes deleted so far stay deleted. It returns the sandboxes it
+// selected. Kubernetes' namespace controller uses it to empty a namespace that is being deleted.
 func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
 	if listOptions == nil {
 		listOptions = &metainternalversion.ListOptions{}
@@ -409,26 +419,28 @@ func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.Valid
 	if !onePage {
 		listOptions.Limit = deleteCollectionPageSize
 	}
-	all := &sandboxv1alpha1.SandboxList{Items: []sandboxv1alpha1.Sandbox{}}
+	// all is the first page, with the later pages' items added: a list at its resourceVersion.
+	var all *sandboxv1alpha1.SandboxList
 	for {
-		out, err := r.List(ctx, listOptions)
+		page, err := r.listBackend(ctx, listOptions)
 		if err != nil {
 			return nil, err
 		}
-		page := out.(*sandboxv1alpha1.SandboxList)
 		for i := range page.Items {
 			if _, _, err := r.Delete(ctx, page.Items[i].Name, deleteValidation, options.DeepCopy()); err != nil && !apierrors.IsNotFound(err) {
 				return nil, err
 			}
 		}
-		all.Items = append(all.Items, page.Items...)
-		if all.ResourceVersion == "" {
-			all.ResourceVersion = page.ResourceVersion
+		if all == nil {
+			all = page
+		} else {
+			all.Items = append(all.Items, page.Items...)
 		}
-		if onePage || page.Continue == "" {
-			if onePage {
-				all.ListMeta = page.ListMeta
-			}
+		if onePage {
+			return all, nil
+		}
+		if page.Continue == "" {
+			all.Continue, all.RemainingItemCount = "", nil
 			return all, nil
 		}
 		listOptions.Continue = page.Continue
