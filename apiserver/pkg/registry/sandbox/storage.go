@@ -399,8 +399,8 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 }
 
 // deleteCollectionPageSize is how many sandboxes a deletecollection lists at a time, the
-// kube-apiserver's page for the same.
-const deleteCollectionPageSize = 10000
+// kube-apiserver's page for the same (a variable for tests).
+var deleteCollectionPageSize int64 = 10000
 
 // DeleteCollection implements rest.CollectionDeleter, as the kube-apiserver's generic registry
 // does: it lists the selected sandboxes a page at a time and deletes each as Delete would (with

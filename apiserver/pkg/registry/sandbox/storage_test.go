@@ -686,6 +686,91 @@ func TestDeleteCollection(t *testing.T) {
 	}
 }
 
+// TestDeleteCollectionPages: a deletecollection reads page after page, following the
+// kube-apiserver's continue tokens, and a limit of its own deletes one page.
+func TestDeleteCollectionPages(t *testing.T) {
+	defer func(n int64) { deleteCollectionPageSize = n }(deleteCollectionPageSize)
+	deleteCollectionPageSize = 2
+	names := []string{"a", "b", "c", "d", "e"}
+	build := func() (*REST, client.WithWatch, *int) {
+		var objs []client.Object
+		for _, n := range names {
+			objs = append(objs, batchSandbox("ns", n, nil))
+		}
+		// a stays, terminating: a list from the start again would return it again.
+		objs[0].SetFinalizers([]string{"example.com/keep"})
+		lists := 0
+		s := runtime.NewScheme()
+		if err := controlv1alpha1.AddToScheme(s); err != nil {
+			t.Fatal(err)
+		}
+		// The fake client ignores limit and continue; this pages as the kube-apiserver does,
+		// the continue token being the last name of the page.
+		backend := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				lists++
+				o := (&client.ListOptions{}).ApplyOptions(opts)
+				if err := c.List(ctx, list, opts...); err != nil || o.Limit == 0 {
+					return err
+				}
+				bl := list.(*controlv1alpha1.BatchSandboxList)
+				sort.Slice(bl.Items, func(i, j int) bool { return bl.Items[i].Name < bl.Items[j].Name })
+				var page []controlv1alpha1.BatchSandbox
+				for _, bs := range bl.Items {
+					if bs.Name > o.Continue {
+						page = append(page, bs)
+					}
+				}
+				bl.Continue = ""
+				if int64(len(page)) > o.Limit {
+					page = page[:o.Limit]
+					bl.Continue = page[len(page)-1].Name
+				}
+				bl.Items = page
+				return nil
+			},
+		}).Build()
+		return NewREST(backend, Limits{}, testingclock.NewFakePassiveClock(time.Unix(1700000000, 0)), nil), backend, &lists
+	}
+	returned := func(out runtime.Object) []string {
+		var got []string
+		for _, sbx := range out.(*sandboxv1alpha1.SandboxList).Items {
+			got = append(got, sbx.Name)
+		}
+		return got
+	}
+
+	r, backend, lists := build()
+	out, err := r.DeleteCollection(nsContext("ns"), nil, nil, nil)
+	if err != nil {
+		t.Fatalf("DeleteCollection(): %v", err)
+	}
+	if diff := cmp.Diff(names, returned(out)); diff != "" {
+		t.Errorf("DeleteCollection() returned (-want +got):\n%s", diff)
+	}
+	if out.(*sandboxv1alpha1.SandboxList).Continue != "" {
+		t.Errorf("DeleteCollection() of every page returned a continue token")
+	}
+	if *lists != 3 {
+		t.Errorf("%d lists for %d sandboxes in pages of 2, want 3", *lists, len(names))
+	}
+	if diff := cmp.Diff([]string{"ns/a"}, storedBatchSandboxes(t, backend)); diff != "" {
+		t.Errorf("BatchSandboxes left (-want +got):\n%s", diff)
+	}
+
+	r, backend, _ = build()
+	out, err = r.DeleteCollection(nsContext("ns"), nil, nil, &metainternalversion.ListOptions{Limit: 2})
+	if err != nil {
+		t.Fatalf("DeleteCollection(limit 2): %v", err)
+	}
+	if diff := cmp.Diff([]string{"a", "b"}, returned(out)); diff != "" {
+		t.Errorf("DeleteCollection(limit 2) returned (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"ns/a", "ns/c", "ns/d", "ns/e"}, storedBatchSandboxes(t, backend)); diff != "" {
+		t.Errorf("BatchSandboxes left (-want +got):\n%s", diff)
+	}
+}
+
 func TestDeleteConflictNamesSandboxes(t *testing.T) {
 	r, _ := newREST(t, batchSandbox("ns", "demo", nil))
 	_, _, err := r.Delete(nsContext("ns"), "demo", nil, &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: ptr.To("12345")}})
